@@ -1,0 +1,65 @@
+/* Shared declarations for every xe2rt kernel.
+ *
+ * Build macros (set per target by build_scripts/build_spirv.py from spirv_src/<family>.toml):
+ *   XE2RT_TARGET_BMG / XE2RT_TARGET_LNL / XE2RT_TARGET_CPU   exactly one is 1
+ *   XE2RT_XE2        1 for bmg and lnl: sub-group-per-row shapes, block reads, DPAS
+ *
+ * Intel built-ins are declared here rather than taken from a vendor header: declared `overloadable`, clang gives
+ * them the Itanium-mangled names that both Intel's CPU runtime and Intel's GPU compiler (IGC) resolve.
+ */
+#ifndef XE2RT_H
+#define XE2RT_H
+
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+
+#ifndef XE2RT_TARGET_BMG
+#define XE2RT_TARGET_BMG 0
+#endif
+#ifndef XE2RT_TARGET_LNL
+#define XE2RT_TARGET_LNL 0
+#endif
+#ifndef XE2RT_TARGET_CPU
+#define XE2RT_TARGET_CPU 0
+#endif
+#define XE2RT_XE2 (XE2RT_TARGET_BMG || XE2RT_TARGET_LNL)
+
+#define XE2RT_OVERLOAD __attribute__((overloadable))
+#define XE2RT_REQD_SUB_GROUP_SIZE(n) __attribute__((intel_reqd_sub_group_size(n)))
+
+/* cl_intel_subgroups: sub-group block reads. Element i of the vector a lane receives is p[i * SG + lane]. */
+XE2RT_OVERLOAD uint  intel_sub_group_block_read(const __global uint* p);
+XE2RT_OVERLOAD uint2 intel_sub_group_block_read2(const __global uint* p);
+XE2RT_OVERLOAD uint4 intel_sub_group_block_read4(const __global uint* p);
+XE2RT_OVERLOAD uint8 intel_sub_group_block_read8(const __global uint* p);
+
+/* cl_intel_subgroups_short */
+XE2RT_OVERLOAD ushort  intel_sub_group_block_read_us(const __global ushort* p);
+XE2RT_OVERLOAD ushort2 intel_sub_group_block_read_us2(const __global ushort* p);
+XE2RT_OVERLOAD ushort4 intel_sub_group_block_read_us4(const __global ushort* p);
+XE2RT_OVERLOAD ushort8 intel_sub_group_block_read_us8(const __global ushort* p);
+
+/* cl_intel_subgroups_char */
+XE2RT_OVERLOAD uchar   intel_sub_group_block_read_uc(const __global uchar* p);
+XE2RT_OVERLOAD uchar2  intel_sub_group_block_read_uc2(const __global uchar* p);
+XE2RT_OVERLOAD uchar4  intel_sub_group_block_read_uc4(const __global uchar* p);
+XE2RT_OVERLOAD uchar8  intel_sub_group_block_read_uc8(const __global uchar* p);
+XE2RT_OVERLOAD uchar16 intel_sub_group_block_read_uc16(const __global uchar* p);
+
+/* cl_intel_subgroups shuffles (generic OpenCL has sub_group_broadcast only with a uniform lane). */
+XE2RT_OVERLOAD float intel_sub_group_shuffle(float x, uint lane);
+XE2RT_OVERLOAD int   intel_sub_group_shuffle(int x, uint lane);
+XE2RT_OVERLOAD short intel_sub_group_shuffle(short x, uint lane);
+XE2RT_OVERLOAD uint  intel_sub_group_shuffle(uint x, uint lane);
+XE2RT_OVERLOAD ushort intel_sub_group_shuffle(ushort x, uint lane);
+XE2RT_OVERLOAD float intel_sub_group_shuffle_xor(float x, uint mask);
+
+/* cl_intel_subgroup_matrix_multiply_accumulate (Xe2: SIMD16, fp16 x fp16 -> fp32, K = 16 per call). */
+XE2RT_OVERLOAD float8 intel_sub_group_f16_f16_matrix_mad_k16(short8 a, int8 b, float8 acc);
+XE2RT_OVERLOAD float  intel_sub_group_f16_f16_matrix_mad_k16(short  a, int8 b, float  acc);
+XE2RT_OVERLOAD float2 intel_sub_group_f16_f16_matrix_mad_k16(short2 a, int8 b, float2 acc);
+XE2RT_OVERLOAD float4 intel_sub_group_f16_f16_matrix_mad_k16(short4 a, int8 b, float4 acc);
+
+/* True when p is aligned for sub-group block reads (IGC's OWord block messages want 16 bytes). */
+#define XE2RT_BLOCK_ALIGNED(p) ((((ulong)(p)) & 15UL) == 0)
+
+#endif

@@ -1,0 +1,22 @@
+"""xe2rt: hand-tuned Intel Xe2 (Battlemage, Lunar Lake) kernels for dpnp users, precompiled per target to SPIR-V
+and loaded through dpctl. CPU devices get CPU-shaped variants of the same kernels.
+
+Importing xe2rt points OCL_ICD_FILENAMES at the pip-installed Intel OpenCL CPU runtime when that variable is unset
+(see xe2rt._icd), so `opencl:cpu` works without any exported variable. Import xe2rt before the first SYCL device query.
+"""
+from . import _icd
+
+_icd.setup()
+
+from .errors import (ArtifactError, ConfigError, InputError, InputTypeError, LaunchLimitError,  # noqa: E402
+                     TargetError, Xe2rtError)
+from .info import info  # noqa: E402
+from .ops.gemv_fp16 import gemv_fp16  # noqa: E402
+from .targets import target_for  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "gemv_fp16", "info", "target_for", "__version__",
+    "Xe2rtError", "ArtifactError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",
+]

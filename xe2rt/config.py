@@ -1,0 +1,44 @@
+"""Every XE2RT_* environment variable, read and checked in one place.
+
+XE2RT_TARGET        force a kernel target for every call: one of bmg, lnl, cpu (default: chosen from the device)
+XE2RT_KERNEL_DIR    load binaries and manifest.json from this folder instead of the packaged xe2rt/kernels
+XE2RT_NO_ICD_SETUP  set to 1 to stop `import xe2rt` from pointing OCL_ICD_FILENAMES at the pip-installed OpenCL
+                    CPU runtime (it only ever does so when OCL_ICD_FILENAMES is unset)
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import ConfigError
+
+TARGETS = ("bmg", "lnl", "cpu")
+XE2_TARGETS = ("bmg", "lnl")
+
+
+def check_target_name(name: str, source: str) -> str:
+    if name not in TARGETS:
+        raise ConfigError(f"{source}={name!r} is not a known target; use one of {', '.join(TARGETS)}")
+    return name
+
+
+def forced_target() -> str | None:
+    value = os.environ.get("XE2RT_TARGET", "").strip()
+    return check_target_name(value, "XE2RT_TARGET") if value else None
+
+
+def kernel_dir() -> Path:
+    value = os.environ.get("XE2RT_KERNEL_DIR", "").strip()
+    if not value:
+        return Path(__file__).resolve().parent / "kernels"
+    path = Path(value)
+    if not (path / "manifest.json").is_file():
+        raise ConfigError(f"XE2RT_KERNEL_DIR={value!r} has no manifest.json")
+    return path
+
+
+def icd_setup_enabled() -> bool:
+    value = os.environ.get("XE2RT_NO_ICD_SETUP", "").strip()
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"XE2RT_NO_ICD_SETUP={value!r}: use 1 to disable, 0 or unset to enable")
+    return value != "1"

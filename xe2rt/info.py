@@ -1,0 +1,72 @@
+"""What xe2rt sees: devices, the target each gets, the shipped binaries and their ahead-of-time report."""
+from __future__ import annotations
+
+import os
+
+import dpctl
+
+from . import artifacts, config, targets
+from .errors import Xe2rtError
+
+
+def _device_entry(device: dpctl.SyclDevice) -> dict:
+    entry = {
+        "filter": device.filter_string, "name": device.name, "type": device.device_type.name,
+        "vendor": device.vendor, "driver": device.driver_version, "fp16": device.has_aspect_fp16,
+        "sub_group_sizes": list(device.sub_group_sizes), "max_work_group_size": device.max_work_group_size,
+        "local_mem_bytes": device.local_mem_size, "compute_units": device.max_compute_units,
+    }
+    try:
+        detected = targets.detect(device)
+        entry["detected_target"] = detected.target
+        entry["chip"] = detected.chip
+        entry["why"] = detected.reason
+    except Xe2rtError as exc:
+        entry["detected_target"] = None
+        entry["why"] = str(exc)
+    try:
+        entry["target"] = targets.resolve(device)
+    except Xe2rtError as exc:
+        entry["target"] = None
+        entry["why"] = str(exc)
+    return entry
+
+
+def info(device: dpctl.SyclDevice | str | None = None) -> dict:
+    """Devices (or the one given), the target each gets, the binaries shipped, and their AOT report."""
+    if device is None:
+        devices = dpctl.get_devices()
+    else:
+        devices = [dpctl.SyclDevice(device) if isinstance(device, str) else device]
+    manifest = artifacts.manifest()
+    binaries = {}
+    for key, entry in sorted(manifest.get("artifacts", {}).items()):
+        binaries[key] = {"sha256": entry["sha256"], "kernels": sorted(entry["kernels"]), "constants": entry["constants"],
+                         "aot": entry.get("aot")}
+    from . import __version__
+    return {
+        "version": __version__,
+        "forced_target": config.forced_target(),
+        "ocl_icd_filenames": os.environ.get("OCL_ICD_FILENAMES"),
+        "kernel_dir": str(config.kernel_dir()),
+        "compilers": manifest.get("compilers"),
+        "devices": [_device_entry(d) for d in devices],
+        "binaries": binaries,
+    }
+
+
+def format_info(data: dict) -> str:
+    lines = [f"xe2rt {data['version']}  kernels: {data['kernel_dir']}",
+             f"OCL_ICD_FILENAMES={data['ocl_icd_filenames']}  XE2RT_TARGET={data['forced_target']}", "", "devices:"]
+    for d in data["devices"]:
+        lines.append(f"  {d['filter']:14s} {d['name']!r} -> target {d['target']}  ({d['why']})")
+    lines += ["", "binaries (AOT: SIMD / GRF / spill bytes / DPAS instructions per kernel):"]
+    for key, b in data["binaries"].items():
+        aot = b["aot"]
+        if aot:
+            detail = "; ".join(f"{k} SIMD{v['simd_size']} GRF{v['grf_count']} spill {v['spill_size']} "
+                               f"dpas {v['dpas_instructions']}" for k, v in aot["kernels"].items())
+            lines.append(f"  {key:34s} {b['sha256'][:12]}  ocloc {aot['ocloc']} {aot['device']}: {detail}")
+        else:
+            lines.append(f"  {key:34s} {b['sha256'][:12]}  kernels: {', '.join(b['kernels'])}")
+    return "\n".join(lines)
