@@ -1,0 +1,231 @@
+/* W4A16 GEMV for LLM decode: y[N] = W[N, K] . x[K], W as uint4 codes with per-group fp16 scales (and optional uint8
+ * zero points), x and y fp16, fp32 accumulation.  W[n, k] = (q[n, k] - z[n, k / G]) * s[n, k / G].
+ *
+ * Layout (seed 000): packed uchar [N, K/2] (low nibble = even k), scales half [N, K/G], zeros uchar [N, K/G]. The
+ * symmetric kernels (zero point 8) never read `zeros`.
+ *
+ * Dequant (seed 004), DEQUANT_MAGIC selects:
+ *  1  bias correction: (q | 0x6400) read as half is exactly 1024 + q. Those values go straight into the fp32
+ *     products; per group (1024 + z) * sum(x over the group) is subtracted once. Products (11-bit x 11-bit) are
+ *     exact in fp32; the cancellation spans one group only.
+ *  0  plain: the same magic half, minus (1024 + z) per element (exact), then the product.
+ *
+ * Decomposition (seed 000): a work-group owns ROWS rows; each row's K is split into K_SPLIT slices whose partial sums
+ * meet in SLM and are added by slice 0 after one barrier that every work-item reaches.
+ *  - XE2: one SG-lane sub-group per (row, slice). One uchar16 block read gives 512 k (lane byte i is
+ *    k = 32 i + 2 lane, so byte i of every lane lies in group 32 i / G), two uint8 block reads of x give the matching
+ *    (even, odd) x pairs. A per-lane byte loop covers the K tail and unaligned rows.
+ *  - CPU: one work-item per (RPT rows, slice), slices at group granularity. x of a group is loaded once, split into
+ *    even / odd k (matching low / high nibbles, so the weights need no interleave) and shared by RPT rows; lane-wise
+ *    float16 accumulators (TOOLCHAIN.md 6).
+ * One kernel per (group size, symmetric / zero-point): gemv_w4a16_g{32,64,128}_{sym,zp}.
+ */
+#include "xe2rt.h"
+
+#ifndef DEQUANT_MAGIC
+#define DEQUANT_MAGIC 1
+#endif
+#define MAGIC_BITS 0x6400     /* half 1024.0; (q | MAGIC_BITS) reads as 1024 + q for q < 1024 */
+#define MAGIC_VALUE 1024.0f
+#define SYM_ZERO 8
+
+#define W4_PARAMS __global const half* x, __global const uchar* packed, __global const half* scales, \
+                  __global const uchar* zeros, __global half* y, int N, int K, __local float* partial
+#define W4_ARGS x, packed, scales, zeros, y, N, K, partial
+
+#define INLINE static inline __attribute__((always_inline))
+
+#if XE2RT_XE2
+
+#if SG != 16
+#error "the Xe2 W4 shape maps lane byte i to k = 32 i + 2 lane, which needs SG = 16"
+#endif
+#define BLOCK_K (SG * 32) /* k per uchar16 block read */
+
+/* One packed byte (k = 2 j, 2 j + 1) of a row, with exact per-element dequant; for tails and unaligned rows. */
+INLINE float w4_byte(__global const half* x, __global const uchar* prow, __global const half* srow,
+                     __global const uchar* zrow, int j, const int G, const int ZP)
+{
+    const int g = 2 * j / G;
+    const uchar b = prow[j];
+    const float z = ZP ? (float)zrow[g] : (float)SYM_ZERO;
+    const float d = fma((float)(b & 15) - z, (float)x[2 * j], ((float)(b >> 4) - z) * (float)x[2 * j + 1]);
+    return d * (float)srow[g];
+}
+
+INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
+{
+    const int sg = get_sub_group_id();
+    const int lane = get_sub_group_local_id();
+    const int row_in_group = sg / K_SPLIT;
+    const int slice = sg % K_SPLIT;
+    const int row = get_group_id(0) * ROWS + row_in_group;
+    const int groups_per_row = K / G;
+
+    float acc = 0.0f;
+    if (row < N) {
+        __global const uchar* prow = packed + (size_t)row * (K / 2);
+        __global const half* srow = scales + (size_t)row * groups_per_row;
+        __global const uchar* zrow = zeros + (size_t)row * groups_per_row;
+        const int chunks = K / BLOCK_K;
+        const int per_slice = (chunks + K_SPLIT - 1) / K_SPLIT;
+        const int c_begin = min(slice * per_slice, chunks);
+        const int c_end = min(c_begin + per_slice, chunks);
+        if (XE2RT_BLOCK_ALIGNED(prow) && XE2RT_BLOCK_ALIGNED(x)) {
+            for (int c = c_begin; c < c_end; ++c) {
+                const int kb = c * BLOCK_K;
+                uchar wb[16];
+                uint xp[16];
+                vstore16(intel_sub_group_block_read_uc16(prow + kb / 2), 0, wb);
+                vstore8(intel_sub_group_block_read8((__global const uint*)(x + kb)), 0, xp);
+                vstore8(intel_sub_group_block_read8((__global const uint*)(x + kb + 16 * SG)), 0, xp + 8);
+                const int bytes_per_group = G / 32;
+                __attribute__((opencl_unroll_hint))
+                for (int gi = 0; gi < 16 / bytes_per_group; ++gi) {
+                    const int g = kb / G + gi;
+                    const float s = (float)srow[g];
+                    const float bias = MAGIC_VALUE + (ZP ? (float)zrow[g] : (float)SYM_ZERO);
+                    float dot = 0.0f;
+#if DEQUANT_MAGIC
+                    float xs = 0.0f;
+#endif
+                    __attribute__((opencl_unroll_hint))
+                    for (int i = gi * bytes_per_group; i < (gi + 1) * bytes_per_group; ++i) {
+                        const float2 xf = convert_float2(as_half2(xp[i]));
+                        float lo = (float)as_half((ushort)((wb[i] & 15) | MAGIC_BITS));
+                        float hi = (float)as_half((ushort)((wb[i] >> 4) | MAGIC_BITS));
+#if DEQUANT_MAGIC
+                        xs += xf.s0 + xf.s1;
+#else
+                        lo -= bias;
+                        hi -= bias;
+#endif
+                        dot = fma(lo, xf.s0, fma(hi, xf.s1, dot));
+                    }
+#if DEQUANT_MAGIC
+                    dot = fma(-bias, xs, dot);
+#endif
+                    acc = fma(dot, s, acc);
+                }
+            }
+        } else {
+            for (int j = c_begin * (BLOCK_K / 2) + lane; j < c_end * (BLOCK_K / 2); j += SG)
+                acc += w4_byte(x, prow, srow, zrow, j, G, ZP);
+        }
+        if (slice == K_SPLIT - 1)
+            for (int j = chunks * (BLOCK_K / 2) + lane; j < K / 2; j += SG)
+                acc += w4_byte(x, prow, srow, zrow, j, G, ZP);
+        acc = sub_group_reduce_add(acc);
+    }
+    if (lane == 0)
+        partial[sg] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (slice == 0 && lane == 0 && row < N) {
+        float total = 0.0f;
+        for (int s = 0; s < K_SPLIT; ++s)
+            total += partial[row_in_group * K_SPLIT + s];
+        y[row] = convert_half(total);
+    }
+}
+
+#define W4_KERNEL(NAME, G, ZP) \
+    XE2RT_REQD_SUB_GROUP_SIZE(SG) __kernel void NAME(W4_PARAMS) { w4_xe2(W4_ARGS, G, ZP); }
+
+#else /* CPU shape */
+
+INLINE float hsum16(float16 v)
+{
+    const float8 a = v.lo + v.hi;
+    const float4 b = a.lo + a.hi;
+    return (b.s0 + b.s1) + (b.s2 + b.s3);
+}
+
+INLINE float16 magic16(uchar16 nibbles)
+{
+    return convert_float16(as_half16(convert_ushort16(nibbles) | (ushort16)MAGIC_BITS));
+}
+
+INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
+{
+    const int lid = get_local_id(0);
+    const int slice = lid % K_SPLIT;
+    const int item_row = (lid / K_SPLIT) * RPT;
+    const int row0 = get_group_id(0) * ROWS + item_row;
+    const int groups_per_row = K / G;
+    const int chunks = G / 32; /* 32 k = 16 bytes per chunk */
+
+    /* Rows past N read row N-1 again (branch-free inner loop) and are never stored. */
+    __global const uchar* prow[RPT];
+    __global const half* srow[RPT];
+    __global const uchar* zrow[RPT];
+    for (int r = 0; r < RPT; ++r) {
+        const size_t row = (size_t)min(row0 + r, N - 1);
+        prow[r] = packed + row * (K / 2);
+        srow[r] = scales + row * groups_per_row;
+        zrow[r] = zeros + row * groups_per_row;
+    }
+    const int per_slice = (groups_per_row + K_SPLIT - 1) / K_SPLIT;
+    const int g_begin = min(slice * per_slice, groups_per_row);
+    const int g_end = min(g_begin + per_slice, groups_per_row);
+
+    float16 acc[RPT];
+    for (int r = 0; r < RPT; ++r)
+        acc[r] = 0.0f;
+    for (int g = g_begin; g < g_end; ++g) {
+        float16 xe[4], xo[4]; /* chunks <= 4 */
+#if DEQUANT_MAGIC
+        float16 xs = 0.0f;
+#endif
+        for (int c = 0; c < chunks; ++c) {
+            const float16 a = vload_half16(2 * (g * chunks + c), x);
+            const float16 b = vload_half16(2 * (g * chunks + c) + 1, x);
+            xe[c] = (float16)(a.even, b.even);
+            xo[c] = (float16)(a.odd, b.odd);
+#if DEQUANT_MAGIC
+            xs += xe[c] + xo[c];
+#endif
+        }
+        for (int r = 0; r < RPT; ++r) {
+            const float bias = MAGIC_VALUE + (ZP ? (float)zrow[r][g] : (float)SYM_ZERO);
+            float16 dot = 0.0f;
+            for (int c = 0; c < chunks; ++c) {
+                const uchar16 wb = vload16(g * chunks + c, prow[r]);
+                float16 lo = magic16(wb & (uchar16)15);
+                float16 hi = magic16(wb >> (uchar16)4);
+#if !DEQUANT_MAGIC
+                lo -= bias;
+                hi -= bias;
+#endif
+                dot = fma(lo, xe[c], dot);
+                dot = fma(hi, xo[c], dot);
+            }
+#if DEQUANT_MAGIC
+            dot = fma((float16)(-bias), xs, dot);
+#endif
+            acc[r] = fma(dot, (float16)vload_half(g, srow[r]), acc[r]);
+        }
+    }
+    for (int r = 0; r < RPT; ++r)
+        partial[(item_row + r) * K_SPLIT + slice] = hsum16(acc[r]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (slice == 0)
+        for (int r = 0; r < RPT; ++r) {
+            float total = 0.0f;
+            for (int s = 0; s < K_SPLIT; ++s)
+                total += partial[(item_row + r) * K_SPLIT + s];
+            if (row0 + r < N)
+                vstore_half_rte(total, row0 + r, y);
+        }
+}
+
+#define W4_KERNEL(NAME, G, ZP) \
+    __kernel void NAME(W4_PARAMS) { w4_cpu(W4_ARGS, G, ZP); }
+
+#endif
+
+W4_KERNEL(gemv_w4a16_g32_sym, 32, 0)
+W4_KERNEL(gemv_w4a16_g64_sym, 64, 0)
+W4_KERNEL(gemv_w4a16_g128_sym, 128, 0)
+W4_KERNEL(gemv_w4a16_g32_zp, 32, 1)
+W4_KERNEL(gemv_w4a16_g64_zp, 64, 1)
+W4_KERNEL(gemv_w4a16_g128_zp, 128, 1)

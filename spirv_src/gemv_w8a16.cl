@@ -1,0 +1,120 @@
+/* W8A16 GEMV for LLM decode: y[N] = W[N, K] . x[K], W as int8 [N, K] with one fp16 scale per row, x and y fp16,
+ * fp32 accumulation: y[n] = s[n] * sum_k q[n, k] x[k] (the scale applied once per row).
+ *
+ * Decomposition (seed 000): a work-group owns ROWS rows; each row's K is split into K_SPLIT slices whose partial sums
+ * meet in SLM and are added by slice 0 after one barrier that every work-item reaches.
+ *  - XE2: one SG-lane sub-group per (row, slice). A uchar16 block read gives lane byte i = k (i * SG + lane), the
+ *    same lane layout as two ushort8 block reads of x, so lanes multiply matching elements without shuffles.
+ *    A per-lane loop covers the K tail and rows that are not 16-byte aligned (K % 16 != 0).
+ *  - CPU: one work-item per (RPT rows, slice); vload_half16 of x shared by RPT rows, char16 -> float16 fma.
+ */
+#include "xe2rt.h"
+
+#define W8_PARAMS __global const half* x, __global const char* qweight, __global const half* scales, \
+                  __global half* y, int N, int K, __local float* partial
+
+#if XE2RT_XE2
+
+#define BLOCK_K (SG * 16) /* k per uchar16 block read */
+
+XE2RT_REQD_SUB_GROUP_SIZE(SG)
+__kernel void gemv_w8a16(W8_PARAMS)
+{
+    const int sg = get_sub_group_id();
+    const int lane = get_sub_group_local_id();
+    const int row_in_group = sg / K_SPLIT;
+    const int slice = sg % K_SPLIT;
+    const int row = get_group_id(0) * ROWS + row_in_group;
+
+    float sum = 0.0f;
+    if (row < N) {
+        __global const char* w_row = qweight + (size_t)row * K;
+        const int chunks = K / VL;
+        const int per_slice = (chunks + K_SPLIT - 1) / K_SPLIT;
+        const int c_begin = min(slice * per_slice, chunks);
+        const int c_end = min(c_begin + per_slice, chunks);
+        float8 acc = 0.0f;
+        if (XE2RT_BLOCK_ALIGNED(w_row) && XE2RT_BLOCK_ALIGNED(x)) {
+            for (int c = c_begin; c < c_end; ++c) {
+                for (int b = 0; b < VL / BLOCK_K; ++b) {
+                    const int k = c * VL + b * BLOCK_K;
+                    const char16 wv = as_char16(intel_sub_group_block_read_uc16((__global const uchar*)(w_row + k)));
+                    const half8 x0 = as_half8(intel_sub_group_block_read_us8((__global const ushort*)(x + k)));
+                    const half8 x1 = as_half8(intel_sub_group_block_read_us8((__global const ushort*)(x + k + 8 * SG)));
+                    acc = fma(convert_float8(wv.lo), convert_float8(x0), acc);
+                    acc = fma(convert_float8(wv.hi), convert_float8(x1), acc);
+                }
+            }
+        } else {
+            for (int k = c_begin * VL + lane; k < c_end * VL; k += SG)
+                acc.s0 = fma((float)w_row[k], (float)x[k], acc.s0);
+        }
+        if (slice == K_SPLIT - 1)
+            for (int k = chunks * VL + lane; k < K; k += SG)
+                acc.s1 = fma((float)w_row[k], (float)x[k], acc.s1);
+        const float4 a4 = acc.lo + acc.hi;
+        sum = sub_group_reduce_add((a4.s0 + a4.s1) + (a4.s2 + a4.s3));
+    }
+    if (lane == 0)
+        partial[sg] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (slice == 0 && lane == 0 && row < N) {
+        float total = 0.0f;
+        for (int s = 0; s < K_SPLIT; ++s)
+            total += partial[row_in_group * K_SPLIT + s];
+        y[row] = convert_half(total * (float)scales[row]);
+    }
+}
+
+#else /* CPU shape */
+
+__kernel void gemv_w8a16(W8_PARAMS)
+{
+    const int lid = get_local_id(0);
+    const int slice = lid % K_SPLIT;
+    const int item_row = (lid / K_SPLIT) * RPT;
+    const int row0 = get_group_id(0) * ROWS + item_row;
+
+    /* Rows past N read row N-1 again (branch-free inner loop) and are never stored. */
+    __global const char* w_rows[RPT];
+    for (int r = 0; r < RPT; ++r)
+        w_rows[r] = qweight + (size_t)min(row0 + r, N - 1) * K;
+
+    const int blocks = K / 16;
+    const int per_slice = (blocks + K_SPLIT - 1) / K_SPLIT;
+    const int o_begin = min(slice * per_slice, blocks);
+    const int o_end = min(o_begin + per_slice, blocks);
+    float16 acc[RPT];
+    for (int r = 0; r < RPT; ++r)
+        acc[r] = 0.0f;
+    for (int o = o_begin; o < o_end; ++o) {
+        const float16 xv = vload_half16(o, x);
+        for (int r = 0; r < RPT; ++r)
+            acc[r] = fma(convert_float16(vload16(o, w_rows[r])), xv, acc[r]);
+    }
+    float sums[RPT];
+    for (int r = 0; r < RPT; ++r) {
+        const float8 a8 = acc[r].lo + acc[r].hi;
+        const float4 a4 = a8.lo + a8.hi;
+        sums[r] = (a4.s0 + a4.s1) + (a4.s2 + a4.s3);
+    }
+    if (slice == K_SPLIT - 1)
+        for (int k = blocks * 16; k < K; ++k) {
+            const float xk = vload_half(k, x);
+            for (int r = 0; r < RPT; ++r)
+                sums[r] = fma((float)w_rows[r][k], xk, sums[r]);
+        }
+    for (int r = 0; r < RPT; ++r)
+        partial[(item_row + r) * K_SPLIT + slice] = sums[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (slice == 0)
+        for (int r = 0; r < RPT; ++r) {
+            float total = 0.0f;
+            for (int s = 0; s < K_SPLIT; ++s)
+                total += partial[(item_row + r) * K_SPLIT + s];
+            if (row0 + r < N)
+                vstore_half_rte(total * vload_half(row0 + r, scales), row0 + r, y);
+        }
+}
+
+#endif

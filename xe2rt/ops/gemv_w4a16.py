@@ -1,0 +1,91 @@
+"""W4A16 GEMV for decode (M = 1): y[N] = dequant(W)[N, K] . x[K], uint4 weights with per-group fp16 scales (and
+optional zero points), fp16 x and y, fp32 accumulation.
+
+Geometry (seed 000): ceil(N / ROWS) work-groups; each owns ROWS rows and splits every row's K into K_SPLIT slices whose
+partial sums meet in SLM (ROWS x K_SPLIT floats).
+  Xe2 targets: one SG-lane sub-group per (row, slice), 512 k per block read  -> local size ROWS x K_SPLIT x SG
+  cpu target:  one work-item per (RPT rows, slice), slices of whole groups     -> local size ROWS / RPT x K_SPLIT
+Dequant variants (seed 004): "magic" (bias correction: (1024 + q) straight into the products, (1024 + z) * sum(x)
+subtracted once per group) and "plain" (per-element subtraction). Family gemv_w4a16 holds each target's default,
+gemv_w4a16_alt the other; the variant is the DEQUANT_MAGIC constant in the manifest.
+"""
+from __future__ import annotations
+
+import dpnp
+import numpy as np
+
+from .. import launch, validate
+from ..errors import InputError, InputTypeError
+from ..quant import QuantizedW4
+from .common import ceil_div, is_xe2, program_for
+
+OP = "gemv_w4a16"
+FAMILIES = ("gemv_w4a16", "gemv_w4a16_alt")
+DEQUANT = {"magic": 1, "plain": 0}
+
+
+def geometry(constants: dict, target: str, n: int) -> tuple[int, int, int]:
+    """(global size, local size, SLM floats) for N rows."""
+    rows, k_split = constants["ROWS"], constants["K_SPLIT"]
+    lanes_per_row_slice = constants["SG"] if is_xe2(target) else 1
+    rows_per_thread = 1 if is_xe2(target) else constants["RPT"]
+    local = rows // rows_per_thread * k_split * lanes_per_row_slice
+    return ceil_div(n, rows) * local, local, rows * k_split
+
+
+def kernel_name(group_size: int, symmetric: bool) -> str:
+    return f"{OP}_g{group_size}_{'sym' if symmetric else 'zp'}"
+
+
+def program_variant(queue, target: str | None, dequant: str | None):
+    """The program of the requested dequant variant (None: the target's default, family gemv_w4a16)."""
+    if dequant is not None and dequant not in DEQUANT:
+        raise InputError(f"{OP}: dequant must be None, 'magic' or 'plain', got {dequant!r}")
+    program = program_for(queue, FAMILIES[0], target)
+    if dequant is None or program.constants["DEQUANT_MAGIC"] == DEQUANT[dequant]:
+        return program
+    return program_for(queue, FAMILIES[1], program.target)
+
+
+def run(x, qw, *, out=None, target: str | None = None, dequant: str | None = None):
+    """Validate, launch, and return (y, event); event is None when nothing needed launching."""
+    if not isinstance(qw, QuantizedW4):
+        raise InputTypeError(f"{OP}: qw must be a QuantizedW4 (xe2rt.quantize_w4 / from_gptq / from_awq), got "
+                             f"{type(qw).__name__}")
+    qw.check(OP)
+    if qw.sycl_queue is None:
+        raise InputError(f"{OP}: qw's parts are numpy (host) arrays; the kernel needs them on the device: "
+                         f"qw = qw.to_device(x.sycl_queue)")
+    validate.device_array(OP, "x", x, dtypes=[np.float16], ndims=[1, 2])
+    if x.ndim == 2 and x.shape[0] != 1:
+        raise InputError(f"{OP}: x must be [K] or [1, K] (decode, M = 1), got shape {tuple(x.shape)}")
+    n, k = qw.shape
+    if x.shape[-1] != k:
+        raise InputError(f"{OP}: x has K = {x.shape[-1]} but qw is [N, K] = {(n, k)}; K must match")
+    queue = validate.same_queue(OP, x=x, packed=qw.packed, scales=qw.scales, zeros=qw.zeros)
+    validate.require_fp16(OP, queue)
+    y_shape = (1, n) if x.ndim == 2 else (n,)
+    if out is not None:
+        validate.out_array(OP, out, shape=y_shape, dtype=np.float16, queue=queue,
+                           inputs={"x": x, "packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros})
+    validate.fits_int32(OP, N=n, K=k)
+    program = program_variant(queue, target, dequant)
+    y = out if out is not None else dpnp.empty(y_shape, dtype=np.float16, sycl_queue=queue)
+    if n == 0:
+        return y, None
+    if k == 0:
+        y.fill(0)
+        return y, None
+    global_size, local_size, slm_floats = geometry(program.constants, program.target, n)
+    zeros = qw.packed if qw.zeros is None else qw.zeros  # the symmetric kernels never read it
+    kernel = program.kernel(kernel_name(qw.group_size, qw.symmetric))
+    event = launch.launch(kernel, [x, qw.packed, qw.scales, zeros, y, n, k, slm_floats], global_size, local_size,
+                          queue)
+    return y, event
+
+
+def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequant: str | None = None):
+    """y = dequant(qw) @ x for float16 x [K] or [1, K] and a QuantizedW4 [N, K] with device parts on x's queue;
+    fp32 accumulation, y float16 [N] or [1, N]. `dequant` ("magic" / "plain") overrides the target's default
+    variant; `target` forces a kernel target (bmg, lnl, cpu) for this call."""
+    return run(x, qw, out=out, target=target, dequant=dequant)[0]
