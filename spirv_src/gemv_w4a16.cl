@@ -4,11 +4,15 @@
  * Layout (seed 000): packed uchar [N, K/2] (low nibble = even k), scales half [N, K/G], zeros uchar [N, K/G]. The
  * symmetric kernels (zero point 8) never read `zeros`.
  *
- * Dequant (seed 004), DEQUANT_MAGIC selects:
- *  1  bias correction: (q | 0x6400) read as half is exactly 1024 + q. Those values go straight into the fp32
- *     products; per group (1024 + z) * sum(x over the group) is subtracted once. Products (11-bit x 11-bit) are
- *     exact in fp32; the cancellation spans one group only.
- *  0  plain: the same magic half, minus (1024 + z) per element (exact), then the product.
+ * Dequant (seed 004). A code q becomes a float v = q + MAGIC_VALUE by one of two conversions (HALF_MAGIC):
+ *    1  (q | 0x6400) read as half is exactly 1024 + q: one OR, no conversion instruction (Xe2 has native half, and
+ *       mixed half x float mads);
+ *    0  an integer-to-float convert, v = q (x86 converts 8 int32 per instruction, but has no half arithmetic: a
+ *       magic half costs a vcvtph2ps there anyway).
+ *  DEQUANT_MAGIC 1  bias correction: v goes straight into the fp32 products; per group (MAGIC_VALUE + z) * sum(x over
+ *                   the group) is subtracted once. Products (11-bit x 11-bit) are exact in fp32; the cancellation
+ *                   spans one group only.
+ *  DEQUANT_MAGIC 0  plain: v - (MAGIC_VALUE + z) per element (exact), then the product.
  *
  * Decomposition (seed 000): a work-group owns ROWS rows; each row's K is split into K_SPLIT slices whose partial sums
  * meet in SLM and are added by slice 0 after one barrier that every work-item reaches.
@@ -25,8 +29,15 @@
 #ifndef DEQUANT_MAGIC
 #define DEQUANT_MAGIC 1
 #endif
+#ifndef HALF_MAGIC
+#define HALF_MAGIC 1
+#endif
 #define MAGIC_BITS 0x6400     /* half 1024.0; (q | MAGIC_BITS) reads as 1024 + q for q < 1024 */
+#if HALF_MAGIC
 #define MAGIC_VALUE 1024.0f
+#else
+#define MAGIC_VALUE 0.0f
+#endif
 #define SYM_ZERO 8
 
 #define W4_PARAMS __global const half* x, __global const uchar* packed, __global const half* scales, \
@@ -92,8 +103,13 @@ INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
                     __attribute__((opencl_unroll_hint))
                     for (int i = gi * bytes_per_group; i < (gi + 1) * bytes_per_group; ++i) {
                         const float2 xf = convert_float2(as_half2(xp[i]));
+#if HALF_MAGIC
                         float lo = (float)as_half((ushort)((wb[i] & 15) | MAGIC_BITS));
                         float hi = (float)as_half((ushort)((wb[i] >> 4) | MAGIC_BITS));
+#else
+                        float lo = (float)(wb[i] & 15);
+                        float hi = (float)(wb[i] >> 4);
+#endif
 #if DEQUANT_MAGIC
                         xs += xf.s0 + xf.s1;
 #else
@@ -140,9 +156,14 @@ INLINE float hsum16(float16 v)
     return (b.s0 + b.s1) + (b.s2 + b.s3);
 }
 
-INLINE float16 magic16(uchar16 nibbles)
+/* Codes -> floats q + MAGIC_VALUE (see HALF_MAGIC). */
+INLINE float16 codes16(uchar16 nibbles)
 {
+#if HALF_MAGIC
     return convert_float16(as_half16(convert_ushort16(nibbles) | (ushort16)MAGIC_BITS));
+#else
+    return convert_float16(nibbles);
+#endif
 }
 
 INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
@@ -190,8 +211,8 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
             float16 dot = 0.0f;
             for (int c = 0; c < chunks; ++c) {
                 const uchar16 wb = vload16(g * chunks + c, prow[r]);
-                float16 lo = magic16(wb & (uchar16)15);
-                float16 hi = magic16(wb >> (uchar16)4);
+                float16 lo = codes16(wb & (uchar16)15);
+                float16 hi = codes16(wb >> (uchar16)4);
 #if !DEQUANT_MAGIC
                 lo -= bias;
                 hi -= bias;

@@ -195,25 +195,29 @@ class QuantizedW8:
         return _place({"w": w.astype(dtype)}, self.sycl_queue)["w"]
 
 
+_ROW_BLOCK = 1024  # rows quantized at a time: bounds the float64 temporaries
+
+
 def _weights_in(owner: str, w) -> tuple[np.ndarray, object]:
-    """(host float64 copy, queue or None) of a float16/float32 [N, K] weight with finite values."""
+    """(host array, queue or None) of a float16/float32 [N, K] weight with finite values."""
     if not (isinstance(w, np.ndarray) or _is_device(w)):
         raise InputTypeError(f"{owner}: w must be a numpy or dpnp array, got {type(w).__name__}")
     if np.dtype(w.dtype) not in (np.dtype(np.float16), np.dtype(np.float32)):
         raise InputTypeError(f"{owner}: w must be float16 or float32, got {np.dtype(w.dtype)}")
     if w.ndim != 2:
         raise InputError(f"{owner}: w must be 2-D [N, K], got shape {tuple(w.shape)}")
-    host = _host(w).astype(np.float64)
+    host = _host(w)
     bad = ~np.isfinite(host)
     if bad.any():
         n, k = np.argwhere(bad)[0]
-        raise InputError(f"{owner}: w has {int(bad.sum())} non-finite values (first: w[{n}, {k}] = {host[n, k]}); "
-                         f"NaN/Inf weights cannot be quantized")
+        raise InputError(f"{owner}: w has {int(bad.sum())} non-finite values (first: w[{n}, {k}] = "
+                         f"{float(host[n, k])}); NaN/Inf weights cannot be quantized")
     return host, (w.sycl_queue if _is_device(w) else None)
 
 
 def _fp16_scales(owner: str, scale: np.ndarray) -> np.ndarray:
-    s16 = scale.astype(np.float16)
+    with np.errstate(over="ignore"):
+        s16 = scale.astype(np.float16)
     if not np.isfinite(s16).all():
         raise InputError(f"{owner}: a group's scale {float(scale.max()):.6g} overflows float16 (max 65504); "
                          f"weights are too large for float16 scales")
@@ -234,7 +238,17 @@ def quantize_w4(w, *, group_size: int = 128, symmetric: bool = True) -> Quantize
     n, k = host.shape
     if k % group_size:
         raise InputError(f"{owner}: K = {k} must be a multiple of group_size {group_size}")
-    groups = host.reshape(n, k // group_size, group_size)
+    parts = [_quantize_w4_rows(owner, host[r:r + _ROW_BLOCK], group_size, symmetric)
+             for r in range(0, max(n, 1), _ROW_BLOCK)]
+    packed, scale, zero = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    parts = {"packed": packed, "scales": scale, "zeros": None if symmetric else zero}
+    return QuantizedW4(**_place(parts, queue), group_size=group_size)
+
+
+def _quantize_w4_rows(owner: str, rows: np.ndarray, group_size: int, symmetric: bool):
+    rows = rows.astype(np.float64)
+    n, k = rows.shape
+    groups = rows.reshape(n, k // group_size, group_size)
     if symmetric:
         scale = _fp16_scales(owner, np.abs(groups).max(axis=2) / 7.0)
         zero = np.full(scale.shape, SYMMETRIC_ZERO, dtype=np.float64)
@@ -245,15 +259,14 @@ def quantize_w4(w, *, group_size: int = 128, symmetric: bool = True) -> Quantize
         zero = np.clip(np.rint(-lo / safe), 0, 15)
     safe = np.where(scale > 0, scale.astype(np.float64), 1.0)[:, :, None]
     q = np.clip(np.rint(groups / safe) + zero[:, :, None], 0, 15).astype(np.uint8).reshape(n, k)
-    packed = (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8)
-    parts = {"packed": packed, "scales": scale, "zeros": None if symmetric else zero.astype(np.uint8)}
-    return QuantizedW4(**_place(parts, queue), group_size=group_size)
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8), scale, zero.astype(np.uint8)
 
 
 def quantize_w8(w) -> QuantizedW8:
     """Per-row symmetric 8-bit quantization: scale = max|w| / 127 (float16), q = clip(round(w / scale), -127, 127)."""
     owner = "quantize_w8"
     host, queue = _weights_in(owner, w)
+    host = host.astype(np.float64)
     scale = _fp16_scales(owner, np.abs(host).max(axis=1, initial=0.0) / 127.0)
     safe = np.where(scale > 0, scale.astype(np.float64), 1.0)[:, None]
     q = np.clip(np.rint(host / safe), -127, 127).astype(np.int8)

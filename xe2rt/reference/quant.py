@@ -1,0 +1,98 @@
+"""References for the quantized GEMVs (float64 from the exact dequantized weights) and the error bounds tests apply."""
+from __future__ import annotations
+
+import numpy as np
+
+EPS32 = float(np.finfo(np.float32).eps)
+MAGIC_HALF = 1024.0  # (q | 0x6400) read as half
+
+
+def _rows(n: int, block: int = 512):
+    for r in range(0, n, block):
+        yield slice(r, min(r + block, n))
+
+
+class QuantView:
+    def __init__(self, host_qw):
+        self.packed = np.asarray(host_qw.packed)
+
+    def codes(self, rows: slice) -> np.ndarray:
+        p = self.packed[rows]
+        q = np.empty((p.shape[0], 2 * p.shape[1]), dtype=np.float64)
+        q[:, 0::2] = p & 15
+        q[:, 1::2] = p >> 4
+        return q
+
+
+def gemv_w4(x, qw) -> np.ndarray:
+    """float64 y = dequantize(qw) @ x, computed in row blocks (no [N, K] float64 temporary)."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    host = qw.to_host()
+    n, k = host.shape
+    g = host.group_size
+    view = QuantView(host)
+    zeros, scales = host.zero_points().astype(np.float64), np.asarray(host.scales).astype(np.float64)
+    y = np.empty(n)
+    xg = x.reshape(-1, g) if k else x.reshape(0, g)
+    for rows in _rows(n):
+        q = view.codes(rows).reshape(-1, k // g, g)
+        dots = np.einsum("rgk,gk->rg", q, xg) - zeros[rows] * xg.sum(axis=1)
+        y[rows] = (dots * scales[rows]).sum(axis=1)
+    return y
+
+
+def gemv_w8(x, qw) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    host = qw.to_host()
+    return (np.asarray(host.qweight).astype(np.float64) @ x) * np.asarray(host.scales).astype(np.float64)
+
+
+def w4_fp32_bound(x, qw, *, bias_corrected: bool, magic_value: float, k_split: int = 1) -> np.ndarray:
+    """Per-row bound on |y - gemv_w4| for the kernels' summation structure (first-order, eps32 = 2^-23):
+    inside a group each lane sums at most G/16 + 2 terms whose size is |(magic_value + q) x| and, for bias
+    correction, (magic_value + z)|sum x|; across groups, lanes and slices the partial sums are the exact
+    |s (q - z) x| terms, at most K/32 + 16 + K_SPLIT deep. Plus half an fp16 ulp for the rounded output."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    host = qw.to_host()
+    n, k = host.shape
+    g = host.group_size
+    view = QuantView(host)
+    zeros, scales = host.zero_points().astype(np.float64), np.abs(np.asarray(host.scales).astype(np.float64))
+    xa = np.abs(x).reshape(-1, g)
+    xsum = np.abs(x.reshape(-1, g).sum(axis=1))
+    inner = np.empty(n)
+    outer = np.empty(n)
+    for rows in _rows(n):
+        q = view.codes(rows).reshape(-1, k // g, g)
+        exact = np.einsum("rgk,gk->rg", np.abs(q - zeros[rows][:, :, None]), xa)
+        if bias_corrected:
+            terms = np.einsum("rgk,gk->rg", q + magic_value, xa) + (magic_value + zeros[rows]) * xsum
+        else:
+            terms = exact
+        inner[rows] = (terms * scales[rows]).sum(axis=1)
+        outer[rows] = (exact * scales[rows]).sum(axis=1)
+    ref = np.abs(gemv_w4(x, qw))
+    depth_in, depth_out = g // 16 + 2, k // 32 + 16 + k_split  # K/32: the per-byte path of unaligned rows
+    return (EPS32 * (depth_in * inner + depth_out * outer) + 0.5 * np.finfo(np.float16).eps * ref
+            + np.finfo(np.float16).smallest_subnormal)
+
+
+def w8_fp32_bound(x, qw, *, k_split: int = 1) -> np.ndarray:
+    """Per-row bound for fp32 accumulation of the exact int8 x fp16 products (at most K/16 + 16 + K_SPLIT deep per
+    lane, then the scale), plus half an fp16 ulp of the output."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    host = qw.to_host()
+    k = host.shape[1]
+    s = np.abs(np.asarray(host.scales).astype(np.float64))
+    mag = (np.abs(np.asarray(host.qweight).astype(np.float64)) @ np.abs(x)) * s
+    ref = np.abs(gemv_w8(x, qw))
+    depth = k // 16 + 16 + k_split + 1
+    return EPS32 * depth * mag + 0.5 * np.finfo(np.float16).eps * ref + np.finfo(np.float16).smallest_subnormal
+
+
+def seed000_failures(y, ref, abs_tol: float = 1.0, rel_tol: float = 0.02) -> np.ndarray:
+    """Indices failing seed 000's rule: fail only where |y - ref| > abs_tol and the relative error > rel_tol."""
+    y = np.asarray(y, dtype=np.float64)
+    diff = np.abs(y - ref)
+    rel = diff / np.maximum(np.abs(ref), 1e-30)
+    return np.nonzero((diff > abs_tol) & (rel > rel_tol))[0]
