@@ -1,0 +1,175 @@
+"""gemv_w4a16 on opencl:cpu, every target's binary and both dequant variants, against the float64 reference of
+dequantize() (xe2rt.reference.quant)."""
+import numpy as np
+import pytest
+
+import dpnp
+import xe2rt
+from xe2rt.ops import gemv_w4a16 as op
+from xe2rt.quant import QuantizedW4
+from xe2rt.reference import quant as ref_q
+
+from conftest import TARGETS, to_device
+
+GROUPS = [32, 64, 128]
+VARIANTS = ["magic", "plain"]
+
+
+def random_qw(rng, n, k, group_size, symmetric, queue=None):
+    """Uniform random codes and zero points (every code and zero point occurs), LLM-sized fp16 scales."""
+    packed = rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8)
+    scales = (rng.uniform(0.5, 1.5, size=(n, k // group_size)) * 0.01).astype(np.float16)
+    zeros = None if symmetric else rng.integers(0, 16, size=(n, k // group_size), dtype=np.uint8)
+    qw = QuantizedW4(packed, scales, zeros, group_size)
+    return qw.to_device(queue) if queue is not None else qw
+
+
+def check(queue, x, qw, target, dequant, *, rel=1e-2):
+    """Both bars: max error <= rel * max|ref|, and the per-row fp32-accumulation bound of the variant's summation."""
+    y_dev, _ = op.run(to_device(x, queue), qw, target=target, dequant=dequant)
+    y = dpnp.asnumpy(y_dev).astype(np.float64).reshape(-1)
+    ref = ref_q.gemv_w4(x, qw)
+    assert np.isfinite(y).all()
+    assert np.abs(y - ref).max() <= rel * np.abs(ref).max() + 1e-6
+    constants = op.program_variant(queue, target, dequant).constants
+    bias = bool(constants["DEQUANT_MAGIC"])
+    bound = ref_q.w4_fp32_bound(x, qw, bias_corrected=bias, magic_value=1024.0 if constants["HALF_MAGIC"] else 0.0,
+                                k_split=constants["K_SPLIT"])
+    bad = np.nonzero(np.abs(y - ref) > bound)[0]
+    assert bad.size == 0, f"rows {bad[:5]}: |y - ref| {np.abs(y - ref)[bad[:5]]} > bound {bound[bad[:5]]}"
+    return y, ref
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dequant", VARIANTS)
+@pytest.mark.parametrize("group_size", GROUPS)
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("n,k", [(1, 4224), (7, 4224), (1000, 1024)])  # N tails; K = 4224 not a multiple of VL 512
+def test_w4_shapes(queue, rng, target, dequant, group_size, symmetric, n, k):
+    x = rng.standard_normal(k).astype(np.float16)
+    check(queue, x, random_qw(rng, n, k, group_size, symmetric, queue), target, dequant)
+
+
+LLM = [(4096, 14336), (14336, 4096), (9728, 2560), (2560, 9728)]
+
+
+@pytest.mark.parametrize("n,k", LLM)
+@pytest.mark.parametrize("group_size,symmetric", [(128, True), (32, False)])
+def test_w4_llm_shapes_cpu(queue, rng, n, k, group_size, symmetric):
+    x = rng.standard_normal(k).astype(np.float16)
+    check(queue, x, random_qw(rng, n, k, group_size, symmetric, queue), "cpu", None)
+
+
+@pytest.mark.parametrize("target,n,k,group_size,symmetric,dequant", [
+    ("bmg", 4096, 14336, 128, True, None), ("bmg", 2560, 9728, 64, False, "magic"),
+    ("lnl", 9728, 2560, 32, False, None), ("lnl", 14336, 4096, 128, True, "magic")])
+def test_w4_llm_shapes_xe2(queue, rng, target, n, k, group_size, symmetric, dequant):
+    x = rng.standard_normal(k).astype(np.float16)
+    check(queue, x, random_qw(rng, n, k, group_size, symmetric, queue), target, dequant)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("n,k,group_size,symmetric", [(1000, 4224, 128, True), (333, 2560, 32, False)])
+def test_w4_seed000_rule_against_unquantized(queue, rng, target, n, k, group_size, symmetric):
+    """Gaussian x, gaussian weights at LLM init scale (std 1 / sqrt(K)), quantized by quantize_w4: the kernel's y
+    passes seed 000's rule (fail only if |diff| > 1.0 and rel > 2%) against the float64 product with the
+    unquantized weights."""
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    x = rng.standard_normal(k).astype(np.float16)
+    qw = xe2rt.quantize_w4(w, group_size=group_size, symmetric=symmetric).to_device(queue)
+    y = dpnp.asnumpy(xe2rt.gemv_w4a16(to_device(x, queue), qw, target=target)).astype(np.float64)
+    exact = w.astype(np.float64) @ x.astype(np.float64)
+    assert ref_q.seed000_failures(y, exact).size == 0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dequant", VARIANTS)
+def test_w4_dequant_identity_exhaustive_in_kernel(queue, target, dequant):
+    """Row 16 z + q has every code equal to q and zero point z (all 16 x 16 pairs), scale 1. x is nonzero at
+    k = 0, 1 (block-read path on Xe2) and at k = 1024, 1025 (tail path), with values whose products and sums are exact
+    in fp32, so y must equal the float64 reference rounded once to fp16, bit for bit."""
+    k, g = 1056, 32
+    q = np.repeat(np.arange(16, dtype=np.uint8)[None, :], 16, axis=0).reshape(-1)  # row r: q = r % 16
+    z = np.repeat(np.arange(16, dtype=np.uint8), 16)  # row r: z = r // 16
+    packed = np.repeat((q | (q << 4))[:, None], k // 2, axis=1).astype(np.uint8)
+    qw = QuantizedW4(packed, np.ones((256, k // g), np.float16),
+                     np.repeat(z[:, None], k // g, axis=1).astype(np.uint8), g).to_device(queue)
+    x = np.zeros(k, dtype=np.float16)
+    x[[0, 1, 1024, 1025]] = [1.0, 1.0 / 32, 0.25, 1.0 / 128]
+    y = dpnp.asnumpy(op.run(to_device(x, queue), qw, target=target, dequant=dequant)[0])
+    expected = ((q.astype(np.float64) - z) * (1 + 1 / 32 + 0.25 + 1 / 128)).astype(np.float16)
+    assert np.array_equal(y, expected)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_w4_out_2d_and_unaligned_x(queue, rng, target):
+    n, k = 37, 1536
+    qw = random_qw(rng, n, k, 64, False, queue)
+    big = rng.standard_normal(k + 1).astype(np.float16)
+    x_view = to_device(big, queue)[1:]  # 2-byte offset: the Xe2 kernels take their unaligned per-byte path
+    ref = ref_q.gemv_w4(big[1:], qw)
+    y = dpnp.asnumpy(xe2rt.gemv_w4a16(x_view, qw, target=target)).astype(np.float64)
+    assert np.abs(y - ref).max() <= 1e-2 * np.abs(ref).max()
+    out = dpnp.full((1, n), 7.0, dtype=np.float16, sycl_queue=queue)
+    res = xe2rt.gemv_w4a16(to_device(big[1:].reshape(1, k), queue), qw, out=out, target=target)
+    assert res is out and np.abs(dpnp.asnumpy(out)[0].astype(np.float64) - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+def test_w4_empty(queue, rng):
+    qw = random_qw(rng, 0, 128, 32, True, queue)
+    assert xe2rt.gemv_w4a16(to_device(np.zeros(128, np.float16), queue), qw).shape == (0,)
+
+
+# --- bad input: clear error before launch, nothing written ---------------------------------------------------------
+
+def _unchecked(packed, scales, zeros, group_size):
+    """A QuantizedW4 whose parts were swapped after construction (bypasses __post_init__), as a mutated object
+    would be: the op must check again."""
+    qw = object.__new__(QuantizedW4)
+    for name, value in (("packed", packed), ("scales", scales), ("zeros", zeros), ("group_size", group_size)):
+        object.__setattr__(qw, name, value)
+    return qw
+
+
+def test_w4_bad_input(queue, rng):
+    import dpctl
+    n, k = 8, 256
+    qw = random_qw(rng, n, k, 64, False, queue)
+    x = to_device(rng.standard_normal(k).astype(np.float16), queue)
+    out = dpnp.full(n, 5.0, dtype=np.float16, sycl_queue=queue)
+    cases = [
+        (dict(x=to_device(np.zeros(k, np.float32), queue)), xe2rt.InputTypeError, r"gemv_w4a16: x must be float16, got float32"),
+        (dict(x=to_device(np.zeros(k + 64, np.float16), queue)), xe2rt.InputError, r"x has K = 320 .* K must match"),
+        (dict(x=to_device(np.zeros((2, k), np.float16), queue)), xe2rt.InputError, r"x must be \[K\] or \[1, K\]"),
+        (dict(x=to_device(np.zeros(2 * k, np.float16), queue)[::2]), xe2rt.InputError, r"x must be C-contiguous"),
+        (dict(x=np.zeros(k, np.float16)), xe2rt.InputTypeError, r"x must be a dpnp array"),
+        (dict(qw=qw.to_host()), xe2rt.InputError, r"numpy \(host\) arrays.*to_device"),
+        (dict(qw=dpnp.zeros((n, k // 2), dtype=np.uint8, sycl_queue=queue)), xe2rt.InputTypeError,
+         r"qw must be a QuantizedW4"),
+        (dict(qw=_unchecked(qw.packed, qw.scales, qw.zeros, 48)), xe2rt.InputError,
+         r"gemv_w4a16: group_size must be one of \(32, 64, 128\), got 48"),
+        (dict(qw=_unchecked(qw.packed[:, :80].copy(), qw.scales, qw.zeros, 64)), xe2rt.InputError,
+         r"gemv_w4a16: K = 160 .* must be a multiple of group_size 64"),
+        (dict(qw=_unchecked(qw.packed, qw.scales[:, :2], qw.zeros, 64)), xe2rt.InputError,
+         r"gemv_w4a16: scales must have shape \(8, 4\)"),
+        (dict(qw=_unchecked(qw.packed, qw.scales.astype(np.float32), qw.zeros, 64)), xe2rt.InputTypeError,
+         r"gemv_w4a16: scales must be float16, got float32"),
+        (dict(qw=_unchecked(qw.packed, qw.scales, qw.zeros[:4], 64)), xe2rt.InputError,
+         r"gemv_w4a16: zeros must have shape \(8, 4\)"),
+        (dict(qw=_unchecked(qw.packed, qw.scales, qw.zeros.astype(np.int8), 64)), xe2rt.InputTypeError,
+         r"zeros must be uint8, got int8"),
+        (dict(qw=_unchecked(qw.packed, dpnp.asfortranarray(qw.scales), qw.zeros, 64)), xe2rt.InputError,
+         r"gemv_w4a16: scales must be C-contiguous"),
+        (dict(qw=_unchecked(qw.packed, dpnp.asarray(qw.scales, sycl_queue=dpctl.SyclQueue(queue.sycl_device)),
+                            qw.zeros, 64)), xe2rt.InputError, r"gemv_w4a16: scales and packed are on different queues"),
+        (dict(x=to_device(np.zeros(k, np.float16), dpctl.SyclQueue(queue.sycl_device))), xe2rt.InputError,
+         r"gemv_w4a16: packed and x are on different queues"),
+        (dict(out=dpnp.zeros(n + 1, dtype=np.float16, sycl_queue=queue)), xe2rt.InputError, r"out must have shape \(8,\)"),
+        (dict(dequant="fast"), xe2rt.InputError, r"dequant must be None, 'magic' or 'plain', got 'fast'"),
+    ]
+    for kwargs, exc, pattern in cases:
+        args = {"x": x, "qw": qw, "out": out}
+        args.update(kwargs)
+        with pytest.raises(exc, match=pattern):
+            xe2rt.gemv_w4a16(args.pop("x"), args.pop("qw"), **args)
+        assert (dpnp.asnumpy(out) == 5.0).all(), f"out written by a call that failed: {pattern}"
