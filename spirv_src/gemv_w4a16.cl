@@ -16,9 +16,9 @@
  *
  * Decomposition (seed 000): a work-group owns ROWS rows; each row's K is split into K_SPLIT slices whose partial sums
  * meet in SLM and are added by slice 0 after one barrier that every work-item reaches.
- *  - XE2: one SG-lane sub-group per (row, slice). One uchar16 block read gives 512 k (lane byte i is
- *    k = 32 i + 2 lane, so byte i of every lane lies in group 32 i / G), two uint8 block reads of x give the matching
- *    (even, odd) x pairs. A per-lane byte loop covers the K tail and unaligned rows.
+ *  - XE2: one SG-lane sub-group per (row, slice). One uint4 block read gives 512 k: lane word i holds the 8 codes
+ *    k = 8 (i SG + lane) .. + 7 (one group, as G >= 32), matched by a 16-byte load of x; codes become halves two at
+ *    a time by 32-bit mask / OR. A per-lane byte loop covers the K tail and unaligned rows.
  *  - CPU: one work-item per (RPT rows, slice), slices at group granularity. x of a group is loaded once, split into
  *    even / odd k (matching low / high nibbles, so the weights need no interleave) and shared by RPT rows; lane-wise
  *    float16 accumulators (TOOLCHAIN.md 6).
@@ -49,9 +49,9 @@
 #if XE2RT_XE2
 
 #if SG != 16
-#error "the Xe2 W4 shape maps lane byte i to k = 32 i + 2 lane, which needs SG = 16"
+#error "the Xe2 W4 shape is written for SG = 16"
 #endif
-#define BLOCK_K (SG * 32) /* k per uchar16 block read */
+#define BLOCK_K (SG * 32) /* k per uint4 block read: lane word i holds k = 8 (i SG + lane) .. + 7 */
 
 /* One packed byte (k = 2 j, 2 j + 1) of a row, with exact per-element dequant; for tails and unaligned rows. */
 INLINE float w4_byte(__global const half* x, __global const uchar* prow, __global const half* srow,
@@ -62,6 +62,34 @@ INLINE float w4_byte(__global const half* x, __global const uchar* prow, __globa
     const float z = ZP ? (float)zrow[g] : (float)SYM_ZERO;
     const float d = fma((float)(b & 15) - z, (float)x[2 * j], ((float)(b >> 4) - z) * (float)x[2 * j + 1]);
     return d * (float)srow[g];
+}
+
+/* Dot of one packed word (codes k0 .. k0 + 7, nibble t in bits 4t) with x[k0 .. k0 + 7], minus the zero point:
+ * sum_t (q_t - z) x_t. With HALF_MAGIC, masking two nibbles into the low bits of both halves of a word and OR-ing
+ * 0x6400 in each yields two halves 1024 + q at once: codes (t, t + 4) come from (word >> 4t) & 0x000F000F. */
+INLINE float w4_word(uint word, half8 xh, float z)
+{
+    const float8 xf = convert_float8(xh);
+    const float bias = MAGIC_VALUE + z;
+    float8 v;
+#if HALF_MAGIC
+    const float2 v04 = convert_float2(as_half2((word & 0x000F000Fu) | 0x64006400u));
+    const float2 v15 = convert_float2(as_half2(((word >> 4) & 0x000F000Fu) | 0x64006400u));
+    const float2 v26 = convert_float2(as_half2(((word >> 8) & 0x000F000Fu) | 0x64006400u));
+    const float2 v37 = convert_float2(as_half2(((word >> 12) & 0x000F000Fu) | 0x64006400u));
+    v = (float8)(v04.s0, v15.s0, v26.s0, v37.s0, v04.s1, v15.s1, v26.s1, v37.s1);
+#else
+    v = convert_float8((uint8)(word, word >> 4, word >> 8, word >> 12, word >> 16, word >> 20, word >> 24,
+                               word >> 28) & 15u);
+#endif
+#if DEQUANT_MAGIC
+    const float4 p4 = v.lo * xf.lo + v.hi * xf.hi;
+    const float4 s4 = xf.lo + xf.hi;
+    return fma(-bias, (s4.s0 + s4.s1) + (s4.s2 + s4.s3), (p4.s0 + p4.s1) + (p4.s2 + p4.s3));
+#else
+    const float4 p4 = (v.lo - bias) * xf.lo + (v.hi - bias) * xf.hi;
+    return (p4.s0 + p4.s1) + (p4.s2 + p4.s3);
+#endif
 }
 
 INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
@@ -85,43 +113,16 @@ INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
         if (XE2RT_BLOCK_ALIGNED(prow) && XE2RT_BLOCK_ALIGNED(x)) {
             for (int c = c_begin; c < c_end; ++c) {
                 const int kb = c * BLOCK_K;
-                uchar wb[16];
-                uint xp[16];
-                vstore16(intel_sub_group_block_read_uc16(prow + kb / 2), 0, wb);
-                vstore8(intel_sub_group_block_read8((__global const uint*)(x + kb)), 0, xp);
-                vstore8(intel_sub_group_block_read8((__global const uint*)(x + kb + 16 * SG)), 0, xp + 8);
-                const int bytes_per_group = G / 32;
+                uint words[4];
+                vstore4(intel_sub_group_block_read4((__global const uint*)(prow + kb / 2)), 0, words);
                 __attribute__((opencl_unroll_hint))
-                for (int gi = 0; gi < 16 / bytes_per_group; ++gi) {
-                    const int g = kb / G + gi;
-                    const float s = (float)srow[g];
-                    const float bias = MAGIC_VALUE + (ZP ? (float)zrow[g] : (float)SYM_ZERO);
-                    float dot = 0.0f;
-#if DEQUANT_MAGIC
-                    float xs = 0.0f;
-#endif
-                    __attribute__((opencl_unroll_hint))
-                    for (int i = gi * bytes_per_group; i < (gi + 1) * bytes_per_group; ++i) {
-                        const float2 xf = convert_float2(as_half2(xp[i]));
-#if HALF_MAGIC
-                        float lo = (float)as_half((ushort)((wb[i] & 15) | MAGIC_BITS));
-                        float hi = (float)as_half((ushort)((wb[i] >> 4) | MAGIC_BITS));
-#else
-                        float lo = (float)(wb[i] & 15);
-                        float hi = (float)(wb[i] >> 4);
-#endif
-#if DEQUANT_MAGIC
-                        xs += xf.s0 + xf.s1;
-#else
-                        lo -= bias;
-                        hi -= bias;
-#endif
-                        dot = fma(lo, xf.s0, fma(hi, xf.s1, dot));
-                    }
-#if DEQUANT_MAGIC
-                    dot = fma(-bias, xs, dot);
-#endif
-                    acc = fma(dot, s, acc);
+                for (int i = 0; i < 4; ++i) {
+                    /* word i of this lane: 8 codes, k0 .. k0 + 7, nibble t in bits 4t; one group (G >= 32) */
+                    const int k0 = kb + 8 * (i * SG + lane);
+                    const int g = k0 / G;
+                    const half8 xh = as_half8(vload4(0, (__global const uint*)(x + k0)));
+                    acc = fma(w4_word(words[i], xh, ZP ? (float)zrow[g] : (float)SYM_ZERO),
+                              (float)srow[g], acc);
                 }
             }
         } else {
