@@ -5,5 +5,6 @@ Each family module exposes `cases(ctx) -> list[Case]`; FAMILIES maps the family 
 """
 FAMILIES = {
     "gemv_fp16": "xe2rt.bench.gemv_fp16",
-    "quant": "xe2rt.bench.quant",
+    "gemv_w4a16": "xe2rt.bench.gemv_w4a16",
+    "gemv_w8a16": "xe2rt.bench.gemv_w8a16",
 }

@@ -1,4 +1,4 @@
-"""W4A16 and W8A16 GEMV rows (family key "quant").
+"""W4A16 and W8A16 GEMV rows (family keys gemv_w4a16 and gemv_w8a16, modules of those names re-export the cases).
 
 Bytes by seed 000's formulas: W4A16 K*2 (x) + N*K/2 (codes) + N*(K/G)*2 (scales) [+ N*(K/G) zero points] + N*2 (y);
 W8A16 K*2 + N*K + N*2 (scales) + N*2 (y). Both dequant variants of W4A16 are timed (the target's default first), so
@@ -52,14 +52,16 @@ def _w4_pool(ctx: BenchContext, host: QuantizedW4, copies: int) -> list[Quantize
     return pool
 
 
-def cases(ctx: BenchContext) -> list[Result]:
-    results = []
+def _shapes(ctx: BenchContext):
     rng = np.random.default_rng(0)
     for n, k in QUICK_SHAPES if ctx.quick else SHAPES:
         x = dpnp.asarray(rng.standard_normal(k, dtype=np.float32).astype(np.float16), sycl_queue=ctx.queue)
-        x32 = x.astype(np.float32)
-        y = dpnp.empty(n, dtype=np.float16, sycl_queue=ctx.queue)
+        yield rng, n, k, x, x.astype(np.float32), dpnp.empty(n, dtype=np.float16, sycl_queue=ctx.queue)
 
+
+def cases_w4(ctx: BenchContext) -> list[Result]:
+    results = []
+    for rng, n, k, x, x32, y in _shapes(ctx):
         ctx.say(f"  gemv_w4a16 {n}x{k} g{GROUP}: preparing weight pool")
         host = QuantizedW4(rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8),
                            (rng.uniform(0.5, 1.5, size=(n, k // GROUP)) * 0.01).astype(np.float16), None, GROUP)
@@ -82,7 +84,12 @@ def cases(ctx: BenchContext) -> list[Result]:
                                   bytes=nbytes, flops=2 * n * k, alternative="dpnp deq f32+matvec", alt_seconds=alt,
                                   note=f"{tag} dequant ({'bias correction' if dq == 'magic' else 'per-element'}); "
                                        f"int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; pool {copies} copies"))
+    return results
 
+
+def cases_w8(ctx: BenchContext) -> list[Result]:
+    results = []
+    for rng, n, k, x, x32, y in _shapes(ctx):
         ctx.say(f"  gemv_w8a16 {n}x{k}: preparing weight pool")
         q8 = dpnp.asarray(rng.integers(-127, 128, size=(n, k), dtype=np.int8), sycl_queue=ctx.queue)
         s8 = dpnp.asarray((rng.uniform(0.5, 1.5, size=n) * 1e-3).astype(np.float16), sycl_queue=ctx.queue)

@@ -1,0 +1,2 @@
+"""W8A16 GEMV rows for `python -m xe2rt bench` (see xe2rt.bench.quant)."""
+from .quant import cases_w8 as cases  # noqa: F401
