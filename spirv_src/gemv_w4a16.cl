@@ -16,9 +16,10 @@
  *
  * Decomposition (seed 000): a work-group owns ROWS rows; each row's K is split into K_SPLIT slices whose partial sums
  * meet in SLM and are added by slice 0 after one barrier that every work-item reaches.
- *  - XE2: one SG-lane sub-group per (row, slice). One uint4 block read gives 512 k: lane word i holds the 8 codes
- *    k = 8 (i SG + lane) .. + 7 (one group, as G >= 32), matched by a 16-byte load of x; codes become halves two at
- *    a time by 32-bit mask / OR. A per-lane byte loop covers the K tail and unaligned rows.
+ *  - XE2: one SG-lane sub-group per (RPT rows, slice). One uint4 block read per row gives 512 k: lane word i holds
+ *    the 8 codes k = 8 (i SG + lane) .. + 7 (one group, as G >= 32), matched by a 16-byte load of x shared by the
+ *    RPT rows; codes become halves two at a time by 32-bit mask / OR. A per-lane byte loop covers the K tail and
+ *    unaligned rows.
  *  - CPU: one work-item per (RPT rows, slice), slices at group granularity. x of a group is loaded once, split into
  *    even / odd k (matching low / high nibbles, so the weights need no interleave) and shared by RPT rows; lane-wise
  *    float16 accumulators (TOOLCHAIN.md 6).
@@ -64,85 +65,110 @@ INLINE float w4_byte(__global const half* x, __global const uchar* prow, __globa
     return d * (float)srow[g];
 }
 
-/* Dot of one packed word (codes k0 .. k0 + 7, nibble t in bits 4t) with x[k0 .. k0 + 7], minus the zero point:
- * sum_t (q_t - z) x_t. With HALF_MAGIC, masking two nibbles into the low bits of both halves of a word and OR-ing
- * 0x6400 in each yields two halves 1024 + q at once: codes (t, t + 4) come from (word >> 4t) & 0x000F000F. */
-INLINE float w4_word(uint word, half8 xh, float z)
+/* The 8 codes of one packed word (k0 .. k0 + 7, nibble t in bits 4t) as floats q + MAGIC_VALUE, in k order. With
+ * HALF_MAGIC, masking two nibbles into the low bits of both halves of a word and OR-ing 0x6400 in each yields two
+ * halves 1024 + q at once: codes (t, t + 4) come from (word >> 4t) & 0x000F000F. */
+INLINE float8 w4_codes(uint word)
 {
-    const float8 xf = convert_float8(xh);
-    const float bias = MAGIC_VALUE + z;
-    float8 v;
 #if HALF_MAGIC
     const float2 v04 = convert_float2(as_half2((word & 0x000F000Fu) | 0x64006400u));
     const float2 v15 = convert_float2(as_half2(((word >> 4) & 0x000F000Fu) | 0x64006400u));
     const float2 v26 = convert_float2(as_half2(((word >> 8) & 0x000F000Fu) | 0x64006400u));
     const float2 v37 = convert_float2(as_half2(((word >> 12) & 0x000F000Fu) | 0x64006400u));
-    v = (float8)(v04.s0, v15.s0, v26.s0, v37.s0, v04.s1, v15.s1, v26.s1, v37.s1);
+    return (float8)(v04.s0, v15.s0, v26.s0, v37.s0, v04.s1, v15.s1, v26.s1, v37.s1);
 #else
-    v = convert_float8((uint8)(word, word >> 4, word >> 8, word >> 12, word >> 16, word >> 20, word >> 24,
-                               word >> 28) & 15u);
+    return convert_float8((uint8)(word, word >> 4, word >> 8, word >> 12, word >> 16, word >> 20, word >> 24,
+                                  word >> 28) & 15u);
 #endif
+}
+
+/* sum_t (q_t - z) x_t of one word: bias correction subtracts bias * xsum (xsum shared by the RPT rows), plain
+ * subtracts per element. */
+INLINE float w4_word_dot(uint word, float8 xf, float xsum, float bias)
+{
+    const float8 v = w4_codes(word);
 #if DEQUANT_MAGIC
     const float4 p4 = v.lo * xf.lo + v.hi * xf.hi;
-    const float4 s4 = xf.lo + xf.hi;
-    return fma(-bias, (s4.s0 + s4.s1) + (s4.s2 + s4.s3), (p4.s0 + p4.s1) + (p4.s2 + p4.s3));
+    return fma(-bias, xsum, (p4.s0 + p4.s1) + (p4.s2 + p4.s3));
 #else
     const float4 p4 = (v.lo - bias) * xf.lo + (v.hi - bias) * xf.hi;
     return (p4.s0 + p4.s1) + (p4.s2 + p4.s3);
 #endif
 }
 
+/* A sub-group owns RPT consecutive rows of one K slice, so each x load, its conversion and (bias correction) its
+ * sum serve RPT rows. Rows past N read row N-1 again and are never stored. */
 INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
 {
     const int sg = get_sub_group_id();
     const int lane = get_sub_group_local_id();
-    const int row_in_group = sg / K_SPLIT;
+    const int item_row = (sg / K_SPLIT) * RPT;
     const int slice = sg % K_SPLIT;
-    const int row = get_group_id(0) * ROWS + row_in_group;
+    const int row0 = get_group_id(0) * ROWS + item_row;
     const int groups_per_row = K / G;
 
-    float acc = 0.0f;
-    if (row < N) {
-        __global const uchar* prow = packed + (size_t)row * (K / 2);
-        __global const half* srow = scales + (size_t)row * groups_per_row;
-        __global const uchar* zrow = zeros + (size_t)row * groups_per_row;
-        const int chunks = K / BLOCK_K;
-        const int per_slice = (chunks + K_SPLIT - 1) / K_SPLIT;
-        const int c_begin = min(slice * per_slice, chunks);
-        const int c_end = min(c_begin + per_slice, chunks);
-        if (XE2RT_BLOCK_ALIGNED(prow) && XE2RT_BLOCK_ALIGNED(x)) {
-            for (int c = c_begin; c < c_end; ++c) {
-                const int kb = c * BLOCK_K;
-                uint words[4];
-                vstore4(intel_sub_group_block_read4((__global const uint*)(prow + kb / 2)), 0, words);
-                __attribute__((opencl_unroll_hint))
-                for (int i = 0; i < 4; ++i) {
-                    /* word i of this lane: 8 codes, k0 .. k0 + 7, nibble t in bits 4t; one group (G >= 32) */
-                    const int k0 = kb + 8 * (i * SG + lane);
-                    const int g = k0 / G;
-                    const half8 xh = as_half8(vload4(0, (__global const uint*)(x + k0)));
-                    acc = fma(w4_word(words[i], xh, ZP ? (float)zrow[g] : (float)SYM_ZERO),
-                              (float)srow[g], acc);
+    __global const uchar* prow[RPT];
+    __global const half* srow[RPT];
+    __global const uchar* zrow[RPT];
+    bool aligned = XE2RT_BLOCK_ALIGNED(x);
+    for (int r = 0; r < RPT; ++r) {
+        const size_t row = (size_t)min(row0 + r, N - 1);
+        prow[r] = packed + row * (K / 2);
+        srow[r] = scales + row * groups_per_row;
+        zrow[r] = zeros + row * groups_per_row;
+        aligned = aligned && XE2RT_BLOCK_ALIGNED(prow[r]);
+    }
+    const int chunks = K / BLOCK_K;
+    const int per_slice = (chunks + K_SPLIT - 1) / K_SPLIT;
+    const int c_begin = min(slice * per_slice, chunks);
+    const int c_end = min(c_begin + per_slice, chunks);
+    const int tail_begin = slice == K_SPLIT - 1 ? chunks * (BLOCK_K / 2) : K / 2;
+
+    float acc[RPT];
+    for (int r = 0; r < RPT; ++r)
+        acc[r] = 0.0f;
+    if (aligned) {
+        for (int c = c_begin; c < c_end; ++c) {
+            const int kb = c * BLOCK_K;
+            uint words[RPT][4];
+            for (int r = 0; r < RPT; ++r)
+                vstore4(intel_sub_group_block_read4((__global const uint*)(prow[r] + kb / 2)), 0, words[r]);
+            __attribute__((opencl_unroll_hint))
+            for (int i = 0; i < 4; ++i) {
+                /* word i of this lane: 8 codes, k0 .. k0 + 7, all in one group (G >= 32) */
+                const int k0 = kb + 8 * (i * SG + lane);
+                const int g = k0 / G;
+                const float8 xf = convert_float8(as_half8(vload4(0, (__global const uint*)(x + k0))));
+                const float4 s4 = xf.lo + xf.hi;
+                const float xsum = (s4.s0 + s4.s1) + (s4.s2 + s4.s3);
+                for (int r = 0; r < RPT; ++r) {
+                    const float bias = MAGIC_VALUE + (ZP ? (float)zrow[r][g] : (float)SYM_ZERO);
+                    acc[r] = fma(w4_word_dot(words[r][i], xf, xsum, bias), (float)srow[r][g], acc[r]);
                 }
             }
-        } else {
-            for (int j = c_begin * (BLOCK_K / 2) + lane; j < c_end * (BLOCK_K / 2); j += SG)
-                acc += w4_byte(x, prow, srow, zrow, j, G, ZP);
         }
-        if (slice == K_SPLIT - 1)
-            for (int j = chunks * (BLOCK_K / 2) + lane; j < K / 2; j += SG)
-                acc += w4_byte(x, prow, srow, zrow, j, G, ZP);
-        acc = sub_group_reduce_add(acc);
+    } else {
+        for (int j = c_begin * (BLOCK_K / 2) + lane; j < c_end * (BLOCK_K / 2); j += SG)
+            for (int r = 0; r < RPT; ++r)
+                acc[r] += w4_byte(x, prow[r], srow[r], zrow[r], j, G, ZP);
     }
-    if (lane == 0)
-        partial[sg] = acc;
+    for (int j = tail_begin + lane; j < K / 2; j += SG)
+        for (int r = 0; r < RPT; ++r)
+            acc[r] += w4_byte(x, prow[r], srow[r], zrow[r], j, G, ZP);
+    for (int r = 0; r < RPT; ++r) {
+        const float total = sub_group_reduce_add(acc[r]);
+        if (lane == 0)
+            partial[(item_row + r) * K_SPLIT + slice] = total;
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (slice == 0 && lane == 0 && row < N) {
-        float total = 0.0f;
-        for (int s = 0; s < K_SPLIT; ++s)
-            total += partial[row_in_group * K_SPLIT + s];
-        y[row] = convert_half(total);
-    }
+    if (slice == 0 && lane == 0)
+        for (int r = 0; r < RPT; ++r) {
+            float total = 0.0f;
+            for (int s = 0; s < K_SPLIT; ++s)
+                total += partial[(item_row + r) * K_SPLIT + s];
+            if (row0 + r < N)
+                y[row0 + r] = convert_half(total);
+        }
 }
 
 #define W4_KERNEL(NAME, G, ZP) \

@@ -3,8 +3,9 @@ optional zero points), fp16 x and y, fp32 accumulation.
 
 Geometry (seed 000): ceil(N / ROWS) work-groups; each owns ROWS rows and splits every row's K into K_SPLIT slices whose
 partial sums meet in SLM (ROWS x K_SPLIT floats).
-  Xe2 targets: one SG-lane sub-group per (row, slice), 512 k per block read  -> local size ROWS x K_SPLIT x SG
-  cpu target:  one work-item per (RPT rows, slice), slices of whole groups     -> local size ROWS / RPT x K_SPLIT
+  Xe2 targets: one SG-lane sub-group per (RPT rows, slice), 512 k per block read -> local ROWS / RPT x K_SPLIT x SG
+  cpu target:  one work-item per (RPT rows, slice), slices of whole groups        -> local ROWS / RPT x K_SPLIT
+RPT rows share every x load (and, with bias correction, every sum of x).
 Dequant variants (seed 004): "magic" (bias correction: (1024 + q) straight into the products, (1024 + z) * sum(x)
 subtracted once per group) and "plain" (per-element subtraction). Family gemv_w4a16 holds each target's default,
 gemv_w4a16_alt the other; the variant is the DEQUANT_MAGIC constant in the manifest.
@@ -28,7 +29,7 @@ def geometry(constants: dict, target: str, n: int) -> tuple[int, int, int]:
     """(global size, local size, SLM floats) for N rows."""
     rows, k_split = constants["ROWS"], constants["K_SPLIT"]
     lanes_per_row_slice = constants["SG"] if is_xe2(target) else 1
-    rows_per_thread = 1 if is_xe2(target) else constants["RPT"]
+    rows_per_thread = constants.get("RPT", 1)
     local = rows // rows_per_thread * k_split * lanes_per_row_slice
     return ceil_div(n, rows) * local, local, rows * k_split
 
