@@ -9,9 +9,9 @@
  *       mixed half x float mads);
  *    0  an integer-to-float convert, v = q (x86 converts 8 int32 per instruction, but has no half arithmetic: a
  *       magic half costs a vcvtph2ps there anyway).
- *  DEQUANT_MAGIC 1  bias correction: v goes straight into the fp32 products; per group (MAGIC_VALUE + z) * sum(x over
- *                   the group) is subtracted once. Products (11-bit x 11-bit) are exact in fp32; the cancellation
- *                   spans one group only.
+ *  DEQUANT_MAGIC 1  bias correction: v goes straight into the fp32 products; (MAGIC_VALUE + z) * sum(x) is subtracted
+ *                   once per group (CPU) or per 8-code word (Xe2), with sum(x) computed once for the RPT rows that
+ *                   share it. Products (11-bit x 11-bit) are exact in fp32; the cancellation spans one group only.
  *  DEQUANT_MAGIC 0  plain: v - (MAGIC_VALUE + z) per element (exact), then the product.
  *
  * Decomposition (seed 000): a work-group owns ROWS rows; each row's K is split into K_SPLIT slices whose partial sums
