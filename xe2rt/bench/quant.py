@@ -84,6 +84,20 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
                                   bytes=nbytes, flops=2 * n * k, alternative="dpnp deq f32+matvec", alt_seconds=alt,
                                   note=f"{tag} dequant ({'bias correction' if dq == 'magic' else 'per-element'}); "
                                        f"int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; pool {copies} copies"))
+
+        # the other end of the format space: group 32 with zero points (default dequant only)
+        g = 32
+        host = QuantizedW4(host.packed, (rng.uniform(0.5, 1.5, size=(n, k // g)) * 0.01).astype(np.float16),
+                           rng.integers(0, 16, size=(n, k // g), dtype=np.uint8), g)
+        copies = ctx.copies_for(host.nbytes)
+        pool = _w4_pool(ctx, host, copies)
+        seconds = ctx.time_events(lambda i: w4_op.run(x, pool[i % copies], out=y)[1])
+        wall = ctx.time_wall(lambda i: w4_op.gemv_w4a16(x, pool[i % copies], out=y))
+        del pool
+        results.append(Result("gemv_w4a16", f"{n}x{k} g{g}zp", f"{ctx.target}:{'bias' if default else 'plain'}",
+                              seconds, wall, bytes=w4_bytes(n, k, g, False), flops=2 * n * k,
+                              note=f"default dequant; int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; "
+                                   f"pool {copies} copies"))
     return results
 
 
