@@ -159,66 +159,113 @@ DEFINE_XE2_ANY(float, f32)
 
 #else /* CPU shape */
 
-/* keys[0..KK) sorted descending; an incoming key goes in front of equal keys only if strictly greater, which is the
- * lower-index-first tie rule because indices arrive in increasing order. Slots start at INT_MIN, below every real
- * key, so the list is correct before KK elements have been seen and k <= n fills every output slot. */
-#define ROUTING_BODY_CPU(T, NN, KK, KSLOTS)                                                                        \
+/* One work-item per row, the row streamed in octets (vload8) through a sorted list of KSLOTS register slots, without
+ * branches: the CPU runtime runs 8 work-items per AVX2 vector, and a per-element "does it beat the k-th" branch is
+ * taken by some lane most of the time, so it only added mispredictions (measured 12.2 ms vs 3.6 ms at 32768 x 128).
+ *  - f16: the 16-bit order key of the half bits and 0xFFFF - index share one int, so one signed max/min pair per slot
+ *    inserts (value descending, lower index first) exactly (needs n <= 65536).
+ *  - f32: key and index in two lists; an incoming key goes in front of equal keys only if strictly greater, which
+ *    is the lower-index-first rule because indices arrive in increasing order.
+ * Slots start below every real key (INT_MIN is no real key in either form), so k <= n fills every output slot. */
+
+static inline int packed_half(ushort h, int i)
+{
+    const int b = (int)(short)h;
+    int key = ((h & 0x7fff) == 0) ? 0 : (b ^ ((b >> 15) & 0x7fff)); /* -0 == +0 */
+    key = ((h & 0x7fff) > 0x7c00) ? 0x7fff : key;                    /* every NaN above +Inf (0x7c00) */
+    return (int)(((uint)key << 16) | (uint)(0xffff - i));
+}
+
+#define CPU_STATE_f16(KSLOTS) \
+    int s[KSLOTS];            \
+    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) s[j] = INT_MIN;
+
+#define CPU_PUSH_f16(KSLOTS, v, i)                                                                               \
+    {                                                                                                              \
+        int cur = packed_half(as_ushort(v), (i));                                                                  \
+        _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) { const int hi = max(s[j], cur); cur = min(s[j], cur); s[j] = hi; } \
+    }
+
+#define CPU_INDEX_f16(j) (0xffff - (s[j] & 0xffff))
+
+#define CPU_STATE_f32(KSLOTS) \
+    int keys[KSLOTS], idx[KSLOTS]; \
+    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) { keys[j] = INT_MIN; idx[j] = 0; }
+
+#define CPU_PUSH_f32(KSLOTS, v, i)                                                                               \
+    {                                                                                                              \
+        const int kx = order_key(v);                                                                               \
+        _Pragma("unroll") for (int j = (KSLOTS) - 1; j > 0; --j) {                                                 \
+            const bool up = kx > keys[j - 1];                                                                      \
+            const bool here = kx > keys[j];                                                                        \
+            idx[j] = up ? idx[j - 1] : (here ? (i) : idx[j]);                                                      \
+            keys[j] = up ? keys[j - 1] : (here ? kx : keys[j]);                                                    \
+        }                                                                                                          \
+        idx[0] = kx > keys[0] ? (i) : idx[0];                                                                      \
+        keys[0] = max(kx, keys[0]);                                                                                \
+    }
+
+#define CPU_INDEX_f32(j) (idx[j])
+
+#define ROUTING_BODY_CPU(T, TN, NN, KK, KSLOTS)                                                                    \
     const long row = get_global_id(0);                                                                             \
     if (row >= rows)                                                                                               \
         return;                                                                                                    \
     __global const T* xr = x + row * (long)(NN);                                                                   \
-    int keys[KSLOTS], idx[KSLOTS];                                                                                 \
-    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) { keys[j] = INT_MIN; idx[j] = 0; }                        \
-    for (int i = 0; i < (NN); ++i) {                                                                               \
-        const int kx = order_key((float)xr[i]);                                                                    \
-        if (kx > keys[(KSLOTS) - 1]) {                                                                             \
-            _Pragma("unroll") for (int j = (KSLOTS) - 1; j > 0; --j) {                                             \
-                const bool up = kx > keys[j - 1];                                                                  \
-                const bool here = kx > keys[j];                                                                    \
-                idx[j] = up ? idx[j - 1] : (here ? i : idx[j]);                                                    \
-                keys[j] = up ? keys[j - 1] : (here ? kx : keys[j]);                                                \
-            }                                                                                                      \
-            idx[0] = kx > keys[0] ? i : idx[0];                                                                    \
-            keys[0] = max(kx, keys[0]);                                                                            \
-        }                                                                                                          \
+    CPU_STATE_##TN(KSLOTS)                                                                                         \
+    const int octets = (NN) / 8;                                                                                   \
+    for (int o = 0; o < octets; ++o) {                                                                             \
+        const T##8 v8 = vload8(o, xr);                                                                             \
+        const T vv[8] = {v8.s0, v8.s1, v8.s2, v8.s3, v8.s4, v8.s5, v8.s6, v8.s7};                                  \
+        _Pragma("unroll") for (int u = 0; u < 8; ++u) CPU_PUSH_##TN(KSLOTS, vv[u], o * 8 + u)                      \
     }                                                                                                              \
+    for (int i = octets * 8; i < (NN); ++i)                                                                        \
+        CPU_PUSH_##TN(KSLOTS, xr[i], i)                                                                            \
     __global T* vr = values + row * (KK);                                                                          \
     __global int* ir = indices + row * (KK);                                                                       \
+    int top[KSLOTS];                                                                                               \
+    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = CPU_INDEX_##TN(j);                               \
     if (mode == MODE_TOPK) {                                                                                       \
-        _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) if (j < (KK)) { vr[j] = xr[idx[j]]; ir[j] = idx[j]; } \
+        _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) if (j < (KK)) { vr[j] = xr[top[j]]; ir[j] = top[j]; } \
         return;                                                                                                    \
     }                                                                                                              \
-    const float m = key_value(keys[0]);                                                                            \
+    const float m = (float)xr[top[0]]; /* the row maximum, or NaN when the row has one */                         \
     float e[KSLOTS];                                                                                               \
     float denom = 0.0f;                                                                                            \
     _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) {                                                         \
-        e[j] = (j < (KK)) ? shifted_exp(key_value(keys[j]), m) : 0.0f;                                              \
+        e[j] = (j < (KK)) ? shifted_exp((float)xr[top[j]], m) : 0.0f;                                               \
         denom += e[j];                                                                                             \
     }                                                                                                              \
     if (mode == MODE_SOFTMAX) { /* second pass over the row, now in cache */                                       \
-        denom = 0.0f;                                                                                              \
-        for (int i = 0; i < (NN); ++i)                                                                             \
+        float8 acc = 0.0f;                                                                                         \
+        for (int o = 0; o < octets; ++o) {                                                                         \
+            const float8 v = convert_float8(vload8(o, xr));                                                        \
+            acc += select(exp(v - m), (float8)1.0f, v == m);                                                       \
+        }                                                                                                          \
+        const float4 a4 = acc.lo + acc.hi;                                                                         \
+        denom = (a4.s0 + a4.s1) + (a4.s2 + a4.s3);                                                                 \
+        for (int i = octets * 8; i < (NN); ++i)                                                                    \
             denom += shifted_exp((float)xr[i], m);                                                                 \
     }                                                                                                              \
     const float inv = 1.0f / denom;                                                                                \
-    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) if (j < (KK)) { vr[j] = (T)(e[j] * inv); ir[j] = idx[j]; }
+    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) if (j < (KK)) { vr[j] = (T)(e[j] * inv); ir[j] = top[j]; }
 
 #define DEFINE_CPU(T, TN, N, K, W)                                                                                 \
     __kernel void softmax_topk_##TN##_n##N##_k##K##_w##W(__global const T* x, __global T* values,                 \
                                                          __global int* indices, long rows, int n, int k, int mode) \
     {                                                                                                              \
-        ROUTING_BODY_CPU(T, N, K, K)                                                                               \
+        ROUTING_BODY_CPU(T, TN, N, K, K)                                                                           \
     }
 
 #define DEFINE_CPU_BOTH(N, K, W) DEFINE_CPU(half, f16, N, K, W) DEFINE_CPU(float, f32, N, K, W)
 ROUTING_VARIANTS(DEFINE_CPU_BOTH)
 
-/* Generic: K_MAX slots always kept (the top-K_MAX list contains the top-k list in the same order), first k stored. */
+/* Generic: K_MAX slots always kept (the top-K_MAX list starts with the top-k list, in order), the first k stored. */
 #define DEFINE_CPU_ANY(T, TN)                                                                                      \
     __kernel void softmax_topk_##TN##_any(__global const T* x, __global T* values, __global int* indices,          \
                                           long rows, int n, int k, int mode)                                       \
     {                                                                                                              \
-        ROUTING_BODY_CPU(T, n, k, K_MAX)                                                                           \
+        ROUTING_BODY_CPU(T, TN, n, k, K_MAX)                                                                       \
     }
 
 DEFINE_CPU_ANY(half, f16)
