@@ -197,3 +197,12 @@ def test_geometry_covers_rows():
                 assert global_size % local == 0
                 assert rows <= global_size // local * rows_per_group < rows + rows_per_group
                 assert global_size < 2**32
+
+
+def test_numpy_pipeline_baseline_agrees(rng):
+    """The benchmark's numpy baseline computes the same routing on ordinary (tie-free) logits."""
+    x = logits(rng, 300, 128, np.float32)
+    v, i = ref.numpy_pipeline(x, 8)
+    want_v, want_i = ref.softmax_topk(x, 8)
+    np.testing.assert_array_equal(i, want_i)
+    np.testing.assert_allclose(v, want_v, rtol=1e-5)

@@ -5,4 +5,5 @@ Each family module exposes `cases(ctx) -> list[Case]`; FAMILIES maps the family 
 """
 FAMILIES = {
     "gemv_fp16": "xe2rt.bench.gemv_fp16",
+    "softmax_topk": "xe2rt.bench.routing",
 }
