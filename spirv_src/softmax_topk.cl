@@ -92,6 +92,29 @@ static inline float seg_sum(float v, int w)
     return v;
 }
 
+/* Element p[lane] of a 16-element chunk through a sub-group block read (the chunk start must be 16-byte aligned and
+ * the same for all lanes): one message per chunk instead of a 16-address gather. */
+XE2RT_OVERLOAD static inline float block_load(__global const half* p)
+{
+    return (float)as_half(intel_sub_group_block_read_us((__global const ushort*)p));
+}
+
+XE2RT_OVERLOAD static inline float block_load(__global const float* p)
+{
+    return as_float(intel_sub_group_block_read((__global const uint*)p));
+}
+
+/* Chunks c .. c+7 (element p[u * 16 + lane] in component u) in one block read. */
+XE2RT_OVERLOAD static inline float8 block_load8(__global const half* p)
+{
+    return convert_float8(as_half8(intel_sub_group_block_read_us8((__global const ushort*)p)));
+}
+
+XE2RT_OVERLOAD static inline float8 block_load8(__global const float* p)
+{
+    return as_float8(intel_sub_group_block_read8((__global const uint*)p));
+}
+
 /* Every lane reaches every shuffle (rows past `rows` hold INT_MIN keys and store nothing): sub-group collectives
  * need converged control flow. */
 #define ROUTING_BODY_XE2(T, NN, KK, W, E)                                                                          \
@@ -102,9 +125,23 @@ static inline float seg_sum(float v, int w)
     const bool live = row < rows;                                                                                  \
     __global const T* xr = x + (live ? row : 0) * (long)(NN);                                                      \
     int keys[E];                                                                                                   \
-    _Pragma("unroll") for (int j = 0; j < (E); ++j) {                                                              \
-        const int i = j * (W) + l;                                                                                 \
-        keys[j] = (live && i < (NN)) ? order_key((float)xr[i]) : INT_MIN;                                          \
+    if ((W) == SG && (E) % 8 == 0 && (NN) % (8 * SG) == 0 && XE2RT_BLOCK_ALIGNED(xr)) { /* uniform: 1 row/SG */ \
+        _Pragma("unroll") for (int j = 0; j < (E); j += 8)                                                         \
+            if (j * SG < (NN)) {                                                                                   \
+                const float8 v = block_load8(xr + j * SG);                                                         \
+                const float vv[8] = {v.s0, v.s1, v.s2, v.s3, v.s4, v.s5, v.s6, v.s7};                              \
+                _Pragma("unroll") for (int u = 0; u < 8; ++u) keys[j + u] = live ? order_key(vv[u]) : INT_MIN;     \
+            } else {                                                                                               \
+                _Pragma("unroll") for (int u = 0; u < 8; ++u) keys[j + u] = INT_MIN;                               \
+            }                                                                                                      \
+    } else if ((W) == SG && (NN) % SG == 0 && XE2RT_BLOCK_ALIGNED(xr)) {                                          \
+        _Pragma("unroll") for (int j = 0; j < (E); ++j)                                                            \
+            keys[j] = (live && j * SG < (NN)) ? order_key(block_load(xr + j * SG)) : INT_MIN;                      \
+    } else {                                                                                                       \
+        _Pragma("unroll") for (int j = 0; j < (E); ++j) {                                                          \
+            const int i = j * (W) + l;                                                                             \
+            keys[j] = (live && i < (NN)) ? order_key((float)xr[i]) : INT_MIN;                                      \
+        }                                                                                                          \
     }                                                                                                              \
     float row_sum = 0.0f;                                                                                          \
     if (mode == MODE_SOFTMAX) { /* uniform branch: the whole-row sum needs the max before keys are consumed */     \

@@ -206,3 +206,19 @@ def test_numpy_pipeline_baseline_agrees(rng):
     want_v, want_i = ref.softmax_topk(x, 8)
     np.testing.assert_array_equal(i, want_i)
     np.testing.assert_allclose(v, want_v, rtol=1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_misaligned_view(queue, rng, target, dtype):
+    """A contiguous view one element into a buffer: rows are not 16-byte aligned, so the Xe2 kernels must take their
+    gather path instead of sub-group block reads."""
+    for n, k in ((128, 8), (512, 10), (256, 12)):
+        x = logits(rng, 9, n, dtype)
+        flat = to_device(np.concatenate([np.zeros(1, dtype), x.ravel()]), queue)
+        view = flat[1:].reshape(9, n)
+        want_v, want_i = ref.softmax_topk(x, k)
+        got_v, got_i = xe2rt.softmax_topk(view, k, target=target)
+        np.testing.assert_array_equal(host(got_i), want_i)
+        rtol, atol = ref.tolerances(dtype)
+        np.testing.assert_allclose(host(got_v), want_v, rtol=rtol, atol=atol)
