@@ -205,6 +205,10 @@ DEFINE_XE2_ANY(float, f32)
  *    is the lower-index-first rule because indices arrive in increasing order.
  * Slots start below every real key (INT_MIN is no real key in either form), so k <= n fills every output slot. */
 
+#if N_MAX > 65536
+#error "packed_half keeps the index in 16 bits: the cpu N_MAX must stay <= 65536"
+#endif
+
 static inline int packed_half(ushort h, int i)
 {
     const int b = (int)(short)h;
