@@ -100,8 +100,7 @@ def run(op: str, x, k, mode: int, *, out=None, target: str | None = None):
     k = _check_k(op, k, n, program.constants, program.target)
     shape = (rows, k)
     out = _check_out(op, out, shape, x.dtype, queue, x)
-    validate.fits_int32(op, n=n)
-    validate.fits_int32(op, **{"rows * n": rows * n})  # element offsets in the kernel are long; this bounds rows
+    validate.fits_int32(op, rows=rows, n=n)  # element offsets in the kernels are 64-bit; row and column ids 32-bit
     values, indices = out if out is not None else (dpnp.empty(shape, dtype=x.dtype, sycl_queue=queue),
                                                    dpnp.empty(shape, dtype=np.int32, sycl_queue=queue))
     if rows == 0:
