@@ -23,10 +23,11 @@
  *
  * Two code shapes (TOOLCHAIN.md 6):
  *  - XE2: a segment of W lanes of a 16-lane sub-group per row (16 / W rows per sub-group), the row held in registers
- *    as E = ceil(N / W) keys per lane (element j*W + lane), k rounds of a segment arg-max (butterfly shuffles),
- *    the r-th winner parked in lane r of the segment (W >= K), which stores it.
- *  - CPU: one work-item per row streaming its row through a sorted K-slot register list (branch-free insertion
- *    behind a threshold test); the CPU runtime vectorizes across work-items.
+ *    as E = ceil(N / W) keys per lane (element j*W + lane; sub-group block reads when a row is one aligned
+ *    sub-group's), k rounds of a segment arg-max (butterfly shuffles), the r-th winner parked in lane r of the
+ *    segment (W >= K), which stores it.
+ *  - CPU: one work-item per row streaming its row (vload8) through a sorted K-slot register list with branch-free
+ *    insertion; the CPU runtime vectorizes across work-items.
  */
 #include "xe2rt.h"
 
