@@ -27,8 +27,15 @@
 #define DPAS_K 16
 
 #define INLINE static inline __attribute__((always_inline))
+/* Helpers inlined on the GPU; with the software DPAS (a CPU-device test path) kept as calls, which halves the CPU
+ * runtime's build time of the unrolled tiles and costs little there. */
+#if DPAS_EMU
+#define EMU_CALL static __attribute__((noinline))
+#else
+#define EMU_CALL INLINE
+#endif
 
-INLINE float8 dpas_emulated(short8 a, int8 b, float8 acc)
+EMU_CALL float8 dpas_emulated(short8 a, int8 b, float8 acc)
 {
     const int8 bv = b;
     float bk[DPAS_K];
@@ -165,7 +172,7 @@ INLINE float epilogue(float v, float bias, int act)
 }
 
 /* Usage 1 write-back: acc.s[i] of lane n is C[row0 + i][col0 + n]. */
-INLINE void store_tile(__global half* C, int ldc, int row0, int M, int col0, int N, int lane, float8 acc,
+EMU_CALL void store_tile(__global half* C, int ldc, int row0, int M, int col0, int N, int lane, float8 acc,
                        __global const half* bias, int has_bias, int act)
 {
     const int col = col0 + lane;
@@ -178,7 +185,7 @@ INLINE void store_tile(__global half* C, int ldc, int row0, int M, int col0, int
 
 /* Usage 2 (swapped) write-back: the accumulator is C transposed, acc.s[i] of lane m is C[row0 + m][col0 + i]; each
  * lane scatters 8 consecutive columns of its own row. */
-INLINE void store_tile_transposed(__global half* C, int ldc, int row0, int M, int col0, int N, int lane, float8 acc,
+EMU_CALL void store_tile_transposed(__global half* C, int ldc, int row0, int M, int col0, int N, int lane, float8 acc,
                                   __global const half* bias, int has_bias, int act)
 {
     const int row = row0 + lane;
