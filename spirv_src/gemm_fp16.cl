@@ -163,29 +163,37 @@ __kernel void gemm_fp16_kn(__global const half* A, __global const half* B, __glo
     for (int r = 0; r < RM; ++r)
         lo[r] = hi[r] = 0.0f;
     const int cols = min(16, N - col0);
+    const int octets = K / 8;
     __global const half* b = B + col0;
     if (cols == 16) {
-        for (int k = 0; k < K; ++k, b += N) {
-            const float8 b0 = vload_half8(0, b);
-            const float8 b1 = vload_half8(1, b);
-            for (int r = 0; r < RM; ++r) {
-                const float a = vload_half(k, a_rows[r]);
-                lo[r] = fma((float8)a, b0, lo[r]);
-                hi[r] = fma((float8)a, b1, hi[r]);
+        /* A comes in 8 K values per row at a time, each broadcast against one 16-wide row of B. */
+        for (int o = 0; o < octets; ++o, b += 8 * (size_t)N) {
+            float8 av[RM];
+            for (int r = 0; r < RM; ++r)
+                av[r] = vload_half8(o, a_rows[r]);
+            for (int j = 0; j < 8; ++j) {
+                const float8 b0 = vload_half8(0, b + j * (size_t)N);
+                const float8 b1 = vload_half8(1, b + j * (size_t)N);
+                for (int r = 0; r < RM; ++r) {
+                    const float a = ((const float*)&av[r])[j];
+                    lo[r] = fma((float8)a, b0, lo[r]);
+                    hi[r] = fma((float8)a, b1, hi[r]);
+                }
             }
         }
-    } else {
-        for (int k = 0; k < K; ++k, b += N) {
-            float bv[16];
-            for (int c = 0; c < 16; ++c)
-                bv[c] = c < cols ? vload_half(c, b) : 0.0f;
-            const float8 b0 = vload8(0, bv);
-            const float8 b1 = vload8(1, bv);
-            for (int r = 0; r < RM; ++r) {
-                const float a = vload_half(k, a_rows[r]);
-                lo[r] = fma((float8)a, b0, lo[r]);
-                hi[r] = fma((float8)a, b1, hi[r]);
-            }
+    }
+    /* K tail, and every K row of an edge tile (fewer than 16 columns left). */
+    for (int k = cols == 16 ? octets * 8 : 0; k < K; ++k) {
+        __global const half* bk = B + (size_t)k * N + col0;
+        float bv[16];
+        for (int c = 0; c < 16; ++c)
+            bv[c] = c < cols ? vload_half(c, bk) : 0.0f;
+        const float8 b0 = vload8(0, bv);
+        const float8 b1 = vload8(1, bv);
+        for (int r = 0; r < RM; ++r) {
+            const float a = vload_half(k, a_rows[r]);
+            lo[r] = fma((float8)a, b0, lo[r]);
+            hi[r] = fma((float8)a, b1, hi[r]);
         }
     }
     for (int r = 0; r < RM && row0 + r < M; ++r) {
