@@ -152,8 +152,8 @@ INLINE void store_row(__global half* C, int N, int row, int col0, int cols, cons
 __kernel void gemm_fp16_kn(__global const half* A, __global const half* B, __global const half* bias, __global half* C,
                            int M, int N, int K, int has_bias, int act)
 {
-    const int col0 = get_global_id(0) * 16;
-    const int row0 = get_global_id(1) * RM;
+    const int col0 = get_global_id(1) * 16;
+    const int row0 = get_global_id(0) * RM;
     if (col0 >= N || row0 >= M)
         return;
     __global const half* a_rows[RM];

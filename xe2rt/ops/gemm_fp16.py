@@ -21,9 +21,9 @@ from __future__ import annotations
 import dpnp
 import numpy as np
 
-from .. import launch, targets, validate
+from .. import artifacts, launch, targets, validate
 from ..errors import InputError, TargetError
-from .common import ceil_div, is_xe2, program_for
+from .common import ceil_div, is_xe2
 
 OP = "gemm_fp16"
 FAMILIES = {"native": "gemm_fp16", "xe2emu": "gemm_fp16_xe2emu"}
@@ -67,16 +67,19 @@ def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> di
 
 
 def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
-    cols = 16 if b_layout == "kn" else constants["RN"]
-    items_n = ceil_div(n, cols)
+    if b_layout == "kn":
+        items_m = ceil_div(m, constants["RM"])
+        local_m = min(CPU_LOCAL_N[b_layout], items_m)
+        return {"local": (local_m, 1), "global": (ceil_div(items_m, local_m) * local_m, ceil_div(n, 16))}
+    items_n = ceil_div(n, constants["RN"])
     local_n = min(CPU_LOCAL_N[b_layout], items_n)
     return {"local": (local_n, 1), "global": (ceil_div(items_n, local_n) * local_n, ceil_div(m, constants["RM"]))}
 
 
-def _check_device_runs(program, queue) -> None:
+def _check_device_runs(family: str, target: str, queue) -> None:
     """The native bmg/lnl binaries call the DPAS built-in, which only an Xe2 GPU driver provides; Intel's CPU runtime,
     asked to build them, fails without a message. Refuse before that with the reason and the fix."""
-    if program.family != FAMILIES["native"] or not is_xe2(program.target):
+    if family != FAMILIES["native"] or not is_xe2(target):
         return
     device = queue.sycl_device
     try:
@@ -85,7 +88,7 @@ def _check_device_runs(program, queue) -> None:
         detected = None
     if detected not in ("bmg", "lnl"):
         raise TargetError(
-            f"{OP}: target {program.target!r} needs an Intel Xe2 GPU: its kernels call "
+            f"{OP}: target {target!r} needs an Intel Xe2 GPU: its kernels call "
             f"intel_sub_group_f16_f16_matrix_mad_k16 (cl_intel_subgroup_matrix_multiply_accumulate), which device "
             f"{device.name!r} does not provide; use target='cpu' or target=None, or variant='xe2emu' to run the "
             f"Xe2 kernels with software DPAS")
@@ -121,8 +124,9 @@ def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, tar
         if value > MAX_DIM:
             raise InputError(f"{OP}: {name} = {value} exceeds {MAX_DIM} (2^31 - 257): the kernels index rows and "
                              f"columns with 32-bit ints (element offsets are 64-bit, so M*N*K itself is not limited)")
-    program = program_for(queue, FAMILIES[variant], target)
-    _check_device_runs(program, queue)
+    chosen = targets.resolve(queue.sycl_device, target)
+    _check_device_runs(FAMILIES[variant], chosen, queue)
+    program = artifacts.load(queue, chosen, FAMILIES[variant])
     c = out if out is not None else dpnp.empty((m, n), dtype=np.float16, sycl_queue=queue)
     if m == 0 or n == 0:
         return c, None
