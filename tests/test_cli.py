@@ -1,0 +1,33 @@
+"""The README's commands: `python -m xe2rt info` and `python -m xe2rt bench` (quick mode checks the machinery;
+real figures come from the full run, never from tests)."""
+import json
+import subprocess
+import sys
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "xe2rt", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_info_lists_device_target_and_aot():
+    proc = run("info", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    cpu = [d for d in data["devices"] if d["type"] == "cpu"]
+    assert cpu and cpu[0]["target"] == "cpu"
+    assert data["binaries"]["bmg/gemv_fp16.spv"]["aot"]["kernels"]["gemv_fp16"]["simd_size"] == 16
+
+
+def test_bench_quick_writes_rows(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = run("bench", "--quick", "--device", "opencl:cpu", "--json", str(out), "--plot", str(tmp_path / "r.png"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["read_gbps"] > 0 and report["device"]
+    families = {r["family"] for r in report["rows"]}
+    from xe2rt.bench import FAMILIES
+    assert families == set(FAMILIES)
+    for row in report["rows"]:
+        assert row["seconds"] > 0 and row["wall_seconds"] > 0
+    assert (tmp_path / "r.png").stat().st_size > 0
+    assert "measured device read bandwidth" in proc.stdout

@@ -1,0 +1,161 @@
+"""gemv_fp16 on the CPU device, every target's binary, against a float64 numpy reference."""
+import dpnp
+import numpy as np
+import pytest
+
+import xe2rt
+from xe2rt.reference.gemv import fp32_accumulation_bound, gemv
+
+from conftest import TARGETS, to_device
+
+# Bar: max error <= 1e-2 x max|ref|, plus the rigorous fp32-accumulation bound per row (reference.gemv).
+REL_TOL_OF_MAX = 1e-2
+
+SHAPES = [(n, k) for n in (1, 7, 1000, 4096, 8192) for k in (128, 1000, 4096, 4224)]
+# The Xe2-shaped binaries run slowly on the CPU device (TOOLCHAIN 6): all tails, one real-model shape.
+XE2_SHAPES = [(1, 128), (7, 1000), (1000, 4224), (33, 4097), (4096, 4096)]
+
+
+def check(y_dev, x, w):
+    y = dpnp.asnumpy(y_dev).astype(np.float64).reshape(-1)
+    ref = gemv(x, w)
+    err = np.abs(y - ref)
+    assert err.max() <= REL_TOL_OF_MAX * max(np.abs(ref).max(), 1e-30), f"max err {err.max()} vs max|ref|"
+    bound = fp32_accumulation_bound(x, w)
+    worst = np.argmax(err - bound)
+    assert np.all(err <= bound), f"row {worst}: err {err[worst]} exceeds fp32-accumulation bound {bound[worst]}"
+
+
+def make(rng, n, k):
+    w = rng.standard_normal((n, k), dtype=np.float32).astype(np.float16)
+    x = rng.standard_normal(k, dtype=np.float32).astype(np.float16)
+    return x, w
+
+
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_cpu_target_matches_reference(queue, rng, n, k):
+    x, w = make(rng, n, k)
+    check(xe2rt.gemv_fp16(to_device(x, queue), to_device(w, queue), target="cpu"), x, w)
+
+
+@pytest.mark.parametrize("target", ["bmg", "lnl"])
+@pytest.mark.parametrize("n,k", XE2_SHAPES)
+def test_xe2_targets_match_reference(queue, rng, target, n, k):
+    x, w = make(rng, n, k)
+    check(xe2rt.gemv_fp16(to_device(x, queue), to_device(w, queue), target=target), x, w)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_views_with_offsets(queue, rng, target):
+    """Row and element offsets into larger allocations (USM pointers that are not the allocation start)."""
+    x_big, w_big = make(rng, 40, 1030)
+    w_dev = to_device(w_big, queue)[3:40, 8:1008]  # not contiguous: must be refused
+    with pytest.raises(xe2rt.InputError, match="C-contiguous"):
+        xe2rt.gemv_fp16(to_device(x_big[:1000], queue), w_dev, target=target)
+    w_rows = to_device(w_big[:, :1024], queue)[5:37]  # contiguous view starting 5 rows in
+    x_view = to_device(x_big, queue)[3:1027]  # starts 6 bytes in: not 16-byte aligned
+    check(xe2rt.gemv_fp16(x_view, w_rows, target=target), x_big[3:1027], w_big[5:37, :1024])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_row_vector_and_out(queue, rng, target):
+    x, w = make(rng, 100, 256)
+    out = dpnp.full((1, 100), 7, dtype=np.float16, sycl_queue=queue)
+    y = xe2rt.gemv_fp16(to_device(x.reshape(1, -1), queue), to_device(w, queue), out=out, target=target)
+    assert y is out and y.shape == (1, 100)
+    check(y, x, w)
+
+
+def test_nan_inf_propagate_like_numpy(queue):
+    w = np.ones((3, 64), dtype=np.float16)
+    x = np.ones(64, dtype=np.float16)
+    w[0, 5] = np.nan
+    w[1, 7] = np.inf
+    w[2, 9], w[2, 10] = np.inf, -np.inf
+    y = dpnp.asnumpy(xe2rt.gemv_fp16(to_device(x, queue), to_device(w, queue)))
+    ref = gemv(x, w)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    assert y[1] == ref[1] == np.inf
+
+
+def test_empty_inputs_follow_numpy(queue):
+    y = xe2rt.gemv_fp16(to_device(np.ones(16, np.float16), queue), to_device(np.ones((0, 16), np.float16), queue))
+    assert y.shape == (0,)
+    y = xe2rt.gemv_fp16(to_device(np.ones(0, np.float16), queue), to_device(np.ones((5, 0), np.float16), queue))
+    np.testing.assert_array_equal(dpnp.asnumpy(y), np.zeros(5, np.float16))
+
+
+class TestBadInput:
+    """Each case fails before launch with the rule and the value; out is left untouched."""
+
+    def setup_method(self):
+        self.x = np.ones(64, np.float16)
+        self.w = np.ones((8, 64), np.float16)
+
+    def test_float32_x(self, queue):
+        with pytest.raises(xe2rt.InputTypeError, match=r"x must be float16, got float32"):
+            xe2rt.gemv_fp16(to_device(self.x.astype(np.float32), queue), to_device(self.w, queue))
+
+    def test_int_w(self, queue):
+        with pytest.raises(xe2rt.InputTypeError, match=r"w must be float16, got int32"):
+            xe2rt.gemv_fp16(to_device(self.x, queue), to_device(self.w.astype(np.int32), queue))
+
+    def test_k_mismatch(self, queue):
+        with pytest.raises(xe2rt.InputError, match=r"x has K = 63 but w is \[N, K\] = \(8, 64\)"):
+            xe2rt.gemv_fp16(to_device(self.x[:63], queue), to_device(self.w, queue))
+
+    def test_non_contiguous_w(self, queue):
+        w = to_device(np.ones((8, 128), np.float16), queue)[:, ::2]
+        with pytest.raises(xe2rt.InputError, match="w must be C-contiguous"):
+            xe2rt.gemv_fp16(to_device(self.x, queue), w)
+
+    def test_other_queue(self, queue):
+        import dpctl
+        other = dpctl.SyclQueue(queue.sycl_device)
+        with pytest.raises(xe2rt.InputError, match="w and x are on different queues"):
+            xe2rt.gemv_fp16(to_device(self.x, queue), dpnp.asarray(self.w, sycl_queue=other))
+
+    def test_three_d(self, queue):
+        with pytest.raises(xe2rt.InputError, match=r"w must be 2-D, got 3-D"):
+            xe2rt.gemv_fp16(to_device(self.x, queue), to_device(self.w.reshape(2, 4, 64), queue))
+
+    def test_batched_x(self, queue):
+        with pytest.raises(xe2rt.InputError, match=r"x must be \[K\] or \[1, K\]"):
+            xe2rt.gemv_fp16(to_device(np.ones((2, 64), np.float16), queue), to_device(self.w, queue))
+
+    def test_numpy_input(self, queue):
+        with pytest.raises(xe2rt.InputTypeError, match="x must be a dpnp array"):
+            xe2rt.gemv_fp16(self.x, to_device(self.w, queue))
+
+    def test_unknown_target(self, queue):
+        with pytest.raises(xe2rt.ConfigError, match=r"target='pvc' is not a known target; use one of bmg, lnl, cpu"):
+            xe2rt.gemv_fp16(to_device(self.x, queue), to_device(self.w, queue), target="pvc")
+
+    def test_unknown_target_env(self, queue, monkeypatch):
+        monkeypatch.setenv("XE2RT_TARGET", "xe3")
+        with pytest.raises(xe2rt.ConfigError, match="XE2RT_TARGET='xe3'"):
+            xe2rt.gemv_fp16(to_device(self.x, queue), to_device(self.w, queue))
+
+    def test_bad_out_untouched(self, queue):
+        out = dpnp.full(9, 3, dtype=np.float16, sycl_queue=queue)
+        with pytest.raises(xe2rt.InputError, match=r"out must have shape \(8,\), got \(9,\)"):
+            xe2rt.gemv_fp16(to_device(self.x, queue), to_device(self.w, queue), out=out)
+        assert np.all(dpnp.asnumpy(out) == 3)
+
+    def test_out_overlapping_input(self, queue):
+        w = to_device(self.w, queue)
+        with pytest.raises(xe2rt.InputError, match="out overlaps input w"):
+            xe2rt.gemv_fp16(to_device(self.x, queue), w, out=w[0, :8])
+
+    def test_device_without_fp16(self, queue, monkeypatch):
+        import xe2rt.validate as validate
+
+        class NoFp16Device:
+            name = "fake device"
+            has_aspect_fp16 = False
+
+        class FakeQueue:
+            sycl_device = NoFp16Device()
+
+        with pytest.raises(xe2rt.TargetError, match="has no fp16 support"):
+            validate.require_fp16("gemv_fp16", FakeQueue())

@@ -1,0 +1,64 @@
+"""The launch helper refuses geometry and arguments the device or kernel cannot take, before submitting."""
+import numpy as np
+import pytest
+
+import xe2rt
+from xe2rt import artifacts, launch
+
+from conftest import to_device
+
+
+@pytest.fixture
+def gemv_kernel(queue):
+    return artifacts.load(queue, "cpu", "gemv_fp16").kernel()
+
+
+def args(queue, slm=16):
+    x = to_device(np.ones(64, np.float16), queue)
+    w = to_device(np.ones((16, 64), np.float16), queue)
+    y = to_device(np.zeros(16, np.float16), queue)
+    return [x, w, y, 16, 64, slm]
+
+
+def test_work_group_too_large(queue, gemv_kernel):
+    too_many = queue.sycl_device.max_work_group_size * 2
+    with pytest.raises(xe2rt.LaunchLimitError, match=rf"Required: {too_many}, limit: kernel \d+, device \d+"):
+        launch.launch(gemv_kernel, args(queue), too_many, too_many, queue)
+
+
+def test_slm_too_large(queue, gemv_kernel):
+    floats = queue.sycl_device.local_mem_size // 4 + 1
+    with pytest.raises(xe2rt.LaunchLimitError, match=rf"needs {floats * 4} bytes of local memory .*device limit "
+                                                     rf"{queue.sycl_device.local_mem_size}"):
+        launch.launch(gemv_kernel, args(queue, slm=floats), 4, 4, queue)
+
+
+def test_global_not_multiple_of_local(queue, gemv_kernel):
+    with pytest.raises(xe2rt.LaunchLimitError, match=r"global size \(6,\) is not a multiple of local size \(4,\)"):
+        launch.launch(gemv_kernel, args(queue), 6, 4, queue)
+
+
+def test_scalar_out_of_range(queue, gemv_kernel):
+    a = args(queue)
+    a[3] = 2**31
+    with pytest.raises(xe2rt.InputError, match=r"argument 'N': 2147483648 does not fit the kernel's int"):
+        launch.launch(gemv_kernel, a, 4, 4, queue)
+
+
+def test_pointer_dtype_checked_against_signature(queue, gemv_kernel):
+    a = args(queue)
+    a[1] = to_device(np.ones((16, 64), np.float32), queue)
+    with pytest.raises(xe2rt.InputTypeError, match=r"argument 'w': declared half\* needs float16, got float32"):
+        launch.launch(gemv_kernel, a, 4, 4, queue)
+
+
+def test_argument_count(queue, gemv_kernel):
+    with pytest.raises(xe2rt.InputError, match=r"takes 6 arguments \(x, w, y, N, K, partial\), got 5"):
+        launch.launch(gemv_kernel, args(queue)[:5], 4, 4, queue)
+
+
+def test_valid_launch_returns_event(queue, gemv_kernel):
+    a = args(queue)
+    event = launch.launch(gemv_kernel, a, 4, 4, queue)
+    event.wait()
+    assert np.all(np.asarray(a[2].asnumpy()) == 64)

@@ -1,0 +1,8 @@
+"""`python -m xe2rt bench`: event-timed kernel benchmarks against the device's own measured read bandwidth and the
+best alternative a user has, measured side by side in one run.
+
+Each family module exposes `cases(ctx) -> list[Case]`; FAMILIES maps the family name to its module.
+"""
+FAMILIES = {
+    "gemv_fp16": "xe2rt.bench.gemv_fp16",
+}

@@ -1,0 +1,89 @@
+"""Command line of `python -m xe2rt bench`: measure, print a table, write JSON (and optionally a PNG plot)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import time
+from pathlib import Path
+
+from . import FAMILIES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", help="SYCL filter string (default: dpctl's default device)")
+    parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=sorted(FAMILIES))
+    parser.add_argument("--quick", action="store_true", help="tiny shapes and pool: checks the machinery only")
+    parser.add_argument("--iters", type=int, default=20, help="timed launches per case (median reported)")
+    parser.add_argument("--json", default="bench_results/bench.json", help="where to write results")
+    parser.add_argument("--plot", help="also write a roofline PNG here (needs matplotlib)")
+
+
+def format_table(rows: list[dict], read_gbps: float) -> str:
+    head = (f"{'family':12s} {'case':16s} {'variant':8s} {'kernel ms':>9s} {'GB/s':>7s} {'%readBW':>7s} "
+            f"{'TFLOP/s':>8s} {'wall ms':>8s} {'alternative':>22s} {'alt ms':>8s} {'speedup':>7s}")
+    lines = [f"measured device read bandwidth: {read_gbps:.1f} GB/s", head, "-" * len(head)]
+    fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
+    for r in rows:
+        lines.append(f"{r['family']:12s} {r['case']:16s} {r['variant']:8s} {r['seconds'] * 1e3:9.3f} "
+                     f"{fmt(r['gbps'], '7.1f'):>7s} {fmt(r['pct_read_bw'], '6.1f'):>6s}% "
+                     f"{fmt(r['tflops'], '8.4f'):>8s} {r['wall_seconds'] * 1e3:8.3f} {r['alternative'] or '-':>22s} "
+                     f"{fmt(r['alt_seconds'] and r['alt_seconds'] * 1e3, '8.3f'):>8s} "
+                     f"{fmt(r['speedup_vs_alt'], '6.2f'):>6s}x")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], read_gbps: float, path: str) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install 'xe2rt[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    points = [r for r in rows if r["bytes"] and r["flops"]]
+    for r in points:
+        intensity = r["flops"] / r["bytes"]
+        ax.loglog(intensity, r["flops"] / r["seconds"] / 1e9, "o")
+        ax.annotate(f"{r['family']} {r['case']}", (intensity, r["flops"] / r["seconds"] / 1e9), fontsize=7)
+    if points:
+        xs = [min(r["flops"] / r["bytes"] for r in points) / 2, max(r["flops"] / r["bytes"] for r in points) * 2]
+        ax.loglog(xs, [x * read_gbps for x in xs], "--", label=f"measured read BW {read_gbps:.1f} GB/s")
+        ax.legend()
+    ax.set_xlabel("arithmetic intensity (flop / byte)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title("xe2rt roofline (kernel time)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def run(args: argparse.Namespace) -> int:
+    import xe2rt
+    from .harness import BenchContext
+    ctx = BenchContext(device=args.device, quick=args.quick, iters=args.iters)
+    ctx.say(f"xe2rt {xe2rt.__version__} bench on {ctx.device.name!r} (target {ctx.target}), "
+            f"LLC {ctx.llc_bytes / 2**20:.0f} MiB, weight pool >= {ctx.pool_bytes / 2**20:.0f} MiB")
+    ctx.say("[0] measuring device read bandwidth (stream_read)")
+    read_gbps = ctx.measure_read_bandwidth()
+    ctx.say(f"    {read_gbps:.1f} GB/s")
+    rows = []
+    for index, family in enumerate(args.families, 1):
+        ctx.say(f"[{index}/{len(args.families)}] {family}")
+        module = importlib.import_module(FAMILIES[family])
+        for result in module.cases(ctx):
+            rows.append(result.finish(read_gbps).as_dict())
+    table = format_table(rows, read_gbps)
+    print(table)
+    report = {"xe2rt_version": xe2rt.__version__, "device": ctx.device.name, "target": ctx.target,
+              "driver": ctx.device.driver_version, "host": platform.node(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "quick": args.quick, "read_gbps": read_gbps, "llc_bytes": ctx.llc_bytes, "pool_bytes": ctx.pool_bytes,
+              "rows": rows}
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    ctx.say(f"wrote {out}")
+    if args.plot:
+        plot(rows, read_gbps, args.plot)
+        ctx.say(f"wrote {args.plot}")
+    return 0

@@ -1,0 +1,136 @@
+"""Timing and measurement pieces shared by every family benchmark.
+
+Methodology (seed 000): kernel time from SYCL profiling events (command_start/command_end); weights rotate through a
+pool of copies several times larger than the last-level cache so every launch reads from memory; bytes by the
+seed's formulas; bandwidth quoted against the device's own read bandwidth measured in the same run by the shipped
+stream_read kernel. The alternative a user would run (dpnp/oneMKL, numpy) is timed by wall clock with the queue
+drained, and so is ours beside it, so the speed ratio compares like with like.
+"""
+from __future__ import annotations
+
+import glob
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import dpctl
+import dpnp
+import numpy as np
+
+from .. import artifacts, launch, targets
+
+MiB = 2**20
+
+
+@dataclass
+class Result:
+    family: str
+    case: str
+    variant: str
+    seconds: float  # median kernel time from profiling events
+    wall_seconds: float  # median wall time of the public op call, queue drained
+    bytes: int | None = None  # seed 000 byte formula
+    flops: int | None = None
+    alternative: str | None = None
+    alt_seconds: float | None = None  # median wall time of the alternative
+    note: str = ""
+    gbps: float | None = field(default=None)
+    pct_read_bw: float | None = field(default=None)
+    tflops: float | None = field(default=None)
+    speedup_vs_alt: float | None = field(default=None)
+
+    def finish(self, read_gbps: float) -> "Result":
+        if self.bytes:
+            self.gbps = self.bytes / self.seconds / 1e9
+            self.pct_read_bw = 100.0 * self.gbps / read_gbps
+        if self.flops:
+            self.tflops = self.flops / self.seconds / 1e12
+        if self.alt_seconds:
+            self.speedup_vs_alt = self.alt_seconds / self.wall_seconds
+        return self
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def last_level_cache_bytes(device: dpctl.SyclDevice) -> int:
+    """The CPU's largest cache level from sysfs for a CPU device (OpenCL reports only L2); the device's own figure
+    otherwise."""
+    if device.is_cpu:
+        sizes = []
+        for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+            text = Path(path).read_text().strip()
+            unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1], 1)
+            sizes.append(int(text.rstrip("KMG")) * unit)
+        if sizes:
+            return max(sizes)
+    return max(device.global_mem_cache_size, 1)
+
+
+class BenchContext:
+    def __init__(self, device: str | None = None, quick: bool = False, iters: int = 20, log=sys.stderr):
+        selected = dpctl.SyclDevice(device) if device else dpctl.select_default_device()
+        self.queue = dpctl.SyclQueue(selected, property="enable_profiling")
+        self.device = self.queue.sycl_device
+        self.target = targets.resolve(self.device)
+        self.quick = quick
+        self.iters = 3 if quick else iters
+        self.llc_bytes = last_level_cache_bytes(self.device)
+        # Several times the last-level cache so a rotating pool defeats it; quick mode only checks the machinery.
+        self.pool_bytes = 4 * MiB if quick else max(8 * self.llc_bytes, 256 * MiB)
+        self.log = log
+        self.read_gbps = float("nan")
+
+    def say(self, message: str) -> None:
+        print(message, file=self.log, flush=True)
+
+    def copies_for(self, bytes_per_copy: int) -> int:
+        return max(2, math.ceil(self.pool_bytes / max(bytes_per_copy, 1)))
+
+    def pool(self, host: np.ndarray, copies: int) -> list:
+        """`copies` device copies of one host array (each its own allocation)."""
+        first = dpnp.asarray(host, sycl_queue=self.queue)
+        return [first] + [dpnp.copy(first) for _ in range(copies - 1)]
+
+    def time_events(self, submit: Callable[[int], dpctl.SyclEvent], warmup: int = 2) -> float:
+        """Median profiled kernel time of submit(i) (i rotates the pool)."""
+        times = []
+        for i in range(warmup + self.iters):
+            event = submit(i)
+            event.wait()
+            if i >= warmup:
+                times.append((event.profiling_info_end - event.profiling_info_start) * 1e-9)
+        return statistics.median(times)
+
+    def time_wall(self, call: Callable[[int], object], warmup: int = 2) -> float:
+        """Median wall time of call(i) with the queue drained after each call."""
+        times = []
+        for i in range(warmup + self.iters):
+            start = time.perf_counter()
+            call(i)
+            self.queue.wait()
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    def measure_read_bandwidth(self) -> float:
+        """GB/s of the shipped stream_read kernel over a buffer pool larger than the last-level cache."""
+        program = artifacts.load(self.queue, self.target, "stream_read")
+        kernel = program.kernel()
+        n_floats = (self.pool_bytes // 2) // 4
+        buffers = [dpnp.ones(n_floats, dtype=np.float32, sycl_queue=self.queue) for _ in range(2)]
+        units = max(1, self.device.max_compute_units)
+        items = units * program.constants["ITEMS_PER_UNIT"]
+        local = program.constants.get("SG", 1) * 8 if self.target in ("bmg", "lnl") else 1
+        items = -(-items // local) * local
+        sums = dpnp.empty(items, dtype=np.float32, sycl_queue=self.queue)
+        seconds = self.time_events(lambda i: launch.launch(kernel, [buffers[i % 2], sums, n_floats], items, local,
+                                                           self.queue))
+        if not np.isclose(float(dpnp.asnumpy(sums).sum(dtype=np.float64)), n_floats, rtol=1e-3):
+            raise RuntimeError("stream_read returned a wrong sum; bandwidth figure would be meaningless")
+        self.read_gbps = n_floats * 4 / seconds / 1e9
+        return self.read_gbps
