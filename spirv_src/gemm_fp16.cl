@@ -204,6 +204,44 @@ __kernel void gemm_fp16_kn(__global const half* A, __global const half* B, __glo
     }
 }
 
+/* kn for a few rows (decode-like M): one row x 64 columns per work-item, so every K row of B is read as two whole
+ * 64-byte lines and B streams once per row of A; dispatch along N. */
+__kernel void gemm_fp16_kn_wide(__global const half* A, __global const half* B, __global const half* bias,
+                                __global half* C, int M, int N, int K, int has_bias, int act)
+{
+    const int col0 = get_global_id(0) * 64;
+    const int row = get_global_id(1);
+    if (col0 >= N || row >= M)
+        return;
+    __global const half* a_row = A + (size_t)row * K;
+    float8 acc[8];
+    for (int j = 0; j < 8; ++j)
+        acc[j] = 0.0f;
+    const int cols = min(64, N - col0);
+    int k = 0;
+    if (cols == 64) {
+        __global const half* b = B + col0;
+        for (; k < K; ++k, b += N) {
+            const float a = vload_half(k, a_row);
+            for (int j = 0; j < 8; ++j)
+                acc[j] = fma((float8)a, vload_half8(j, b), acc[j]);
+        }
+    }
+    for (; k < K; ++k) { /* edge strip: fewer than 64 columns left */
+        __global const half* bk = B + (size_t)k * N + col0;
+        const float a = vload_half(k, a_row);
+        float bv[64];
+        for (int c = 0; c < 64; ++c)
+            bv[c] = c < cols ? vload_half(c, bk) : 0.0f;
+        for (int j = 0; j < 8; ++j)
+            acc[j] = fma((float8)a, vload8(j, bv), acc[j]);
+    }
+    float v[64];
+    for (int j = 0; j < 8; ++j)
+        vstore8(acc[j], j, v);
+    store_row(C, N, row, col0, cols, v, bias, has_bias, act);
+}
+
 __kernel void gemm_fp16_nk(__global const half* A, __global const half* B, __global const half* bias, __global half* C,
                            int M, int N, int K, int has_bias, int act)
 {

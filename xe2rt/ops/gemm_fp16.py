@@ -36,6 +36,7 @@ MAX_SUBGROUPS_PER_GROUP = 32  # 512 work-items
 MAX_SLM_BYTES = 64 * 1024  # Xe2 work-group SLM limit
 # Work-items per group along N on the CPU device (measured on 2 Zen 3 cores: 8 suits kn, 32 suits nk).
 CPU_LOCAL_N = {"kn": 8, "nk": 32}
+KN_WIDE_MAX_M = 4  # kn with at most this many rows: one row x 64 columns per work-item, B streamed along N
 # Row/column indices are 32-bit ints in the kernels (element offsets are 64-bit); tiles reach 256 past an edge.
 MAX_DIM = 2**31 - 1 - 256
 
@@ -67,13 +68,19 @@ def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> di
 
 
 def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
+    if b_layout == "kn" and m <= KN_WIDE_MAX_M:
+        items_n = ceil_div(n, 64)
+        local_n = min(CPU_LOCAL_N["nk"], items_n)
+        return {"kernel": "kn_wide", "local": (local_n, 1), "global": (ceil_div(items_n, local_n) * local_n, m)}
     if b_layout == "kn":
         items_m = ceil_div(m, constants["RM"])
         local_m = min(CPU_LOCAL_N[b_layout], items_m)
-        return {"local": (local_m, 1), "global": (ceil_div(items_m, local_m) * local_m, ceil_div(n, 16))}
+        return {"kernel": "kn", "local": (local_m, 1),
+                "global": (ceil_div(items_m, local_m) * local_m, ceil_div(n, 16))}
     items_n = ceil_div(n, constants["RN"])
     local_n = min(CPU_LOCAL_N[b_layout], items_n)
-    return {"local": (local_n, 1), "global": (ceil_div(items_n, local_n) * local_n, ceil_div(m, constants["RM"]))}
+    return {"kernel": "nk", "local": (local_n, 1),
+            "global": (ceil_div(items_n, local_n) * local_n, ceil_div(m, constants["RM"]))}
 
 
 def _check_device_runs(family: str, target: str, queue) -> None:
@@ -140,7 +147,7 @@ def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, tar
         args.append(max(1, geo["slm_floats"]))
     else:
         geo = cpu_geometry(constants, b_layout, m, n)
-        kernel = program.kernel(f"{OP}_{b_layout}")
+        kernel = program.kernel(f"{OP}_{geo['kernel']}")
     event = launch.launch(kernel, args, geo["global"], geo["local"], queue)
     return c, event
 
