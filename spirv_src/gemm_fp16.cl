@@ -10,8 +10,9 @@
  *    height (8, 16, 32 rows) and B layout; the SG_N width comes from the spec. DPAS_EMU = 1 swaps in the software
  *    DPAS so the same kernels run on the CPU device.
  *  - XE2_SHAPE = 0 (CPU device, TOOLCHAIN.md 6): one work-item per register tile, vload_half8 -> float8 fma.
- *    kn: RM rows x 16 columns, broadcast A[m][k] against a 16-wide B row. nk: RM rows x RN columns of k-octets
- *    (both operands contiguous along K), reduced horizontally at the end.
+ *    kn: RM rows x 16 columns, A[m][k] broadcast against a 16-wide B row (dispatched along M, so a work-group
+ *    shares one B column strip); kn_wide (M <= 4): 1 row x 64 columns, B streamed along N. nk: RM rows x RN
+ *    columns of k-octets (both operands contiguous along K), reduced horizontally at the end.
  */
 #include "gemm_fp16_dpas.h"
 

@@ -8,8 +8,10 @@ into `slices` ranges (dimension 2 of the work-group) whose partial tiles meet in
     local  = (SGS_N * 16, SGS_M, slices)
     global = (ceil(tiles_n / SGS_N) * SGS_N * 16, ceil(tiles_m / SGS_M) * SGS_M, slices)
     SLM    = (slices - 1) * SGS_M * tile_m * SGS_N * SG_N floats
-Geometry, CPU shape: one work-item per register tile, RM x 16 (kn) or RM x RN (nk):
-    global = (ceil(N / cols) rounded up to CPU_LOCAL_N, ceil(M / RM)), local = (CPU_LOCAL_N, 1)
+Geometry, CPU shape: one work-item per register tile:
+    nk      RM x RN   global = (ceil(N / RN) rounded up to the local size, ceil(M / RM)), local = (<= 32, 1)
+    kn      RM x 16   global = (ceil(M / RM) rounded up to the local size, ceil(N / 16)), local = (<= 8, 1)
+    kn_wide 1 x 64    (M <= KN_WIDE_MAX_M) global = (ceil(N / 64) rounded up, M), local = (<= 32, 1)
 
 Variants: `variant="native"` (default) is the real thing per target: DPAS on bmg/lnl, the CPU-tuned kernels on cpu.
 `variant="xe2emu"` runs the Xe2-shaped kernels with the DPAS built-in replaced by its software version from the
