@@ -6,4 +6,5 @@ Each family module exposes `cases(ctx) -> list[Case]`; FAMILIES maps the family 
 FAMILIES = {
     "gemm_fp16": "xe2rt.bench.gemm_fp16",
     "gemv_fp16": "xe2rt.bench.gemv_fp16",
+    "softmax_topk": "xe2rt.bench.routing",
 }
