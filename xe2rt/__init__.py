@@ -11,6 +11,7 @@ _icd.setup()
 from .errors import (ArtifactError, ConfigError, InputError, InputTypeError, LaunchLimitError,  # noqa: E402
                      TargetError, Xe2rtError)
 from .info import info  # noqa: E402
+from .ops.gemm_fp16 import gemm_fp16  # noqa: E402
 from .ops.gemv_fp16 import gemv_fp16  # noqa: E402
 from .ops.routing import softmax_topk, topk  # noqa: E402
 from .targets import target_for  # noqa: E402
@@ -18,6 +19,6 @@ from .targets import target_for  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "gemv_fp16", "softmax_topk", "topk", "info", "target_for", "__version__",
+    "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "info", "target_for", "__version__",
     "Xe2rtError", "ArtifactError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",
 ]
