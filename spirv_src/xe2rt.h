@@ -62,4 +62,8 @@ XE2RT_OVERLOAD float4 intel_sub_group_f16_f16_matrix_mad_k16(short4 a, int8 b, f
 /* True when p is aligned for sub-group block reads (IGC's OWord block messages want 16 bytes). */
 #define XE2RT_BLOCK_ALIGNED(p) ((((ulong)(p)) & 15UL) == 0)
 
+/* Integer butterfly shuffles (softmax_topk's segment arg-max). */
+XE2RT_OVERLOAD int  intel_sub_group_shuffle_xor(int x, uint mask);
+XE2RT_OVERLOAD uint intel_sub_group_shuffle_xor(uint x, uint mask);
+
 #endif

@@ -11,17 +11,18 @@ _icd.setup()
 from .errors import (ArtifactError, ConfigError, InputError, InputTypeError, LaunchLimitError,  # noqa: E402
                      TargetError, Xe2rtError)
 from .info import info  # noqa: E402
+from .ops.gemm_fp16 import gemm_fp16  # noqa: E402
 from .ops.gemv_fp16 import gemv_fp16  # noqa: E402
 from .ops.gemv_w4a16 import gemv_w4a16  # noqa: E402
 from .ops.gemv_w8a16 import gemv_w8a16  # noqa: E402
+from .ops.routing import softmax_topk, topk  # noqa: E402
 from .quant import QuantizedW4, QuantizedW8, from_awq, from_gptq, quantize_w4, quantize_w8  # noqa: E402
 from .targets import target_for  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "gemv_fp16", "info",
+    "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "info", "target_for", "__version__",
     "gemv_w4a16", "gemv_w8a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8", "from_gptq", "from_awq",
-    "target_for", "__version__",
     "Xe2rtError", "ArtifactError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",
 ]

@@ -66,6 +66,8 @@ class Program:
 
 _manifest_cache: dict[Path, dict] = {}
 _program_cache: dict[tuple, Program] = {}
+# Identical binaries shipped under several targets (e.g. emulation variants) are built once per context and device.
+_built_by_sha: dict[tuple, object] = {}
 _lock = threading.Lock()
 
 
@@ -119,11 +121,15 @@ def load(queue: dpctl.SyclQueue, target: str, family: str) -> Program:
 def _build(queue: dpctl.SyclQueue, target: str, family: str) -> Program:
     path, entry = artifact_entry(target, family)
     spirv = verified_spirv(path, entry)
-    try:
-        sycl_program = _create_from_spirv(queue, spirv, "")
-    except Exception as exc:  # dpctl raises SyclProgramCompilationError without the log on some backends
-        raise ArtifactError(f"building {path} (family {family}, target {target}) for {queue.sycl_device.name!r} "
-                            f"failed: {type(exc).__name__}: {exc}") from exc
+    built_key = (queue.sycl_context, queue.sycl_device, entry["sha256"])
+    sycl_program = _built_by_sha.get(built_key)
+    if sycl_program is None:
+        try:
+            sycl_program = _create_from_spirv(queue, spirv, "")
+        except Exception as exc:  # dpctl raises SyclProgramCompilationError without the log on some backends
+            raise ArtifactError(f"building {path} (family {family}, target {target}) for {queue.sycl_device.name!r} "
+                                f"failed: {type(exc).__name__}: {exc}") from exc
+        _built_by_sha[built_key] = sycl_program
     kernels = {}
     for name, signature in entry["kernels"].items():
         if not sycl_program.has_sycl_kernel(name):
@@ -139,3 +145,4 @@ def clear_caches() -> None:
     with _lock:
         _manifest_cache.clear()
         _program_cache.clear()
+        _built_by_sha.clear()

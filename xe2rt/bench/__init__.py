@@ -4,7 +4,9 @@ best alternative a user has, measured side by side in one run.
 Each family module exposes `cases(ctx) -> list[Case]`; FAMILIES maps the family name to its module.
 """
 FAMILIES = {
+    "gemm_fp16": "xe2rt.bench.gemm_fp16",
     "gemv_fp16": "xe2rt.bench.gemv_fp16",
     "gemv_w4a16": "xe2rt.bench.gemv_w4a16",
     "gemv_w8a16": "xe2rt.bench.gemv_w8a16",
+    "softmax_topk": "xe2rt.bench.routing",
 }

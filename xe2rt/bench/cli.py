@@ -21,16 +21,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def format_table(rows: list[dict], read_gbps: float) -> str:
-    head = (f"{'family':12s} {'case':16s} {'variant':8s} {'kernel ms':>9s} {'GB/s':>7s} {'%readBW':>7s} "
-            f"{'TFLOP/s':>8s} {'wall ms':>8s} {'alternative':>22s} {'alt ms':>8s} {'speedup':>7s}")
+    head = (f"{'family':12s} {'case':22s} {'variant':8s} {'kernel ms':>9s} {'GB/s':>7s} {'%readBW':>7s} "
+            f"{'TFLOP/s':>8s} {'wall ms':>8s} {'alternative':>22s} {'alt ms':>8s} {'speedup':>7s}  note")
     lines = [f"measured device read bandwidth: {read_gbps:.1f} GB/s", head, "-" * len(head)]
     fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
     for r in rows:
-        lines.append(f"{r['family']:12s} {r['case']:16s} {r['variant']:8s} {r['seconds'] * 1e3:9.3f} "
+        lines.append(f"{r['family']:12s} {r['case']:22s} {r['variant']:8s} {r['seconds'] * 1e3:9.3f} "
                      f"{fmt(r['gbps'], '7.1f'):>7s} {fmt(r['pct_read_bw'], '6.1f'):>6s}% "
                      f"{fmt(r['tflops'], '8.4f'):>8s} {r['wall_seconds'] * 1e3:8.3f} {r['alternative'] or '-':>22s} "
                      f"{fmt(r['alt_seconds'] and r['alt_seconds'] * 1e3, '8.3f'):>8s} "
-                     f"{fmt(r['speedup_vs_alt'], '6.2f'):>6s}x")
+                     f"{fmt(r['speedup_vs_alt'], '6.2f'):>6s}x  {r['note']}")
     return "\n".join(lines)
 
 

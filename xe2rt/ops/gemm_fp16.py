@@ -1,0 +1,161 @@
+"""FP16 GEMM with fused epilogue: out[M, N] = act(a[M, K] . b + bias), b as [K, N] ("kn") or [N, K] ("nk", the usual
+weight layout), fp32 accumulation, one fp16 rounding per output.
+
+Geometry, Xe2 shape (seeds 001/002; gemm_fp16.cl): a sub-group of 16 lanes owns a tile_m x SG_N tile of C (tile_m = 8,
+16 or 32: the smallest that covers M, so M = 1 decode does not pay for 32 rows), a work-group SGS_M x SGS_N such
+sub-groups (bmg: 8 x 4 -> 256 x 256), and when the tiles alone would not fill the chip's hardware threads, K is split
+into `slices` ranges (dimension 2 of the work-group) whose partial tiles meet in SLM:
+    local  = (SGS_N * 16, SGS_M, slices)
+    global = (ceil(tiles_n / SGS_N) * SGS_N * 16, ceil(tiles_m / SGS_M) * SGS_M, slices)
+    SLM    = (slices - 1) * SGS_M * tile_m * SGS_N * SG_N floats
+Geometry, CPU shape: one work-item per register tile:
+    nk      RM x RN   global = (ceil(N / RN) rounded up to the local size, ceil(M / RM)), local = (<= 32, 1)
+    kn      RM x 16   global = (ceil(M / RM) rounded up to the local size, ceil(N / 16)), local = (<= 8, 1)
+    kn_wide 1 x 64    (M <= KN_WIDE_MAX_M) global = (ceil(N / 64) rounded up, M), local = (<= 32, 1)
+
+Variants: `variant="native"` (default) is the real thing per target: DPAS on bmg/lnl, the CPU-tuned kernels on cpu.
+`variant="xe2emu"` runs the Xe2-shaped kernels with the DPAS built-in replaced by its software version from the
+cl_intel_subgroup_matrix_multiply_accumulate specification, for any target: that is how the Xe2 code path is run
+and checked on a CPU device.
+"""
+from __future__ import annotations
+
+import dpnp
+import numpy as np
+
+from .. import artifacts, launch, targets, validate
+from ..errors import InputError, TargetError
+from .common import ceil_div, is_xe2
+
+OP = "gemm_fp16"
+FAMILIES = {"native": "gemm_fp16", "xe2emu": "gemm_fp16_xe2emu"}
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}  # gelu is the tanh form; see gemm_fp16_dpas.h epilogue()
+B_LAYOUTS = ("kn", "nk")
+TILE_ROWS = (8, 16, 32)
+DPAS_K = 16
+MIN_STEPS_PER_SLICE = 4  # a K slice shorter than 4 DPAS steps costs more in SLM traffic than it gains
+MAX_SUBGROUPS_PER_GROUP = 32  # 512 work-items
+MAX_SLM_BYTES = 64 * 1024  # Xe2 work-group SLM limit
+# Work-items per group along N on the CPU device (measured on 2 Zen 3 cores: 8 suits kn, 32 suits nk).
+CPU_LOCAL_N = {"kn": 8, "nk": 32}
+KN_WIDE_MAX_M = 4  # kn with at most this many rows: one row x 64 columns per work-item, B streamed along N
+# Row/column indices are 32-bit ints in the kernels (element offsets are 64-bit); tiles reach 256 past an edge.
+MAX_DIM = 2**31 - 1 - 256
+
+
+def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> dict:
+    sg_n = constants["SG_N"]
+    tile_m = next(t for t in TILE_ROWS if m <= t) if m <= TILE_ROWS[-1] else TILE_ROWS[-1]
+    tiles_m, tiles_n = ceil_div(m, tile_m), ceil_div(n, sg_n)
+    sgs_m, sgs_n = min(constants["SGS_M"], tiles_m), min(constants["SGS_N"], tiles_n)
+    steps = ceil_div(k, DPAS_K)
+    slices = 1
+    while (tiles_m * tiles_n * slices * 2 <= hw_threads and slices * 2 <= constants["MAX_KSLICES"]
+           and steps >= slices * 2 * MIN_STEPS_PER_SLICE):
+        slices *= 2
+
+    def slm_floats():
+        return (slices - 1) * sgs_m * tile_m * sgs_n * sg_n
+
+    while sgs_m * sgs_n * slices > MAX_SUBGROUPS_PER_GROUP or slm_floats() * 4 > MAX_SLM_BYTES:
+        if sgs_m > 1:
+            sgs_m = ceil_div(sgs_m, 2)
+        elif sgs_n > 1:
+            sgs_n = ceil_div(sgs_n, 2)
+        else:
+            slices //= 2
+    local = (sgs_n * 16, sgs_m, slices)
+    global_ = (ceil_div(tiles_n, sgs_n) * local[0], ceil_div(tiles_m, sgs_m) * sgs_m, slices)
+    return {"tile_m": tile_m, "slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}
+
+
+def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
+    if b_layout == "kn" and m <= KN_WIDE_MAX_M:
+        items_n = ceil_div(n, 64)
+        local_n = min(CPU_LOCAL_N["nk"], items_n)
+        return {"kernel": "kn_wide", "local": (local_n, 1), "global": (ceil_div(items_n, local_n) * local_n, m)}
+    if b_layout == "kn":
+        items_m = ceil_div(m, constants["RM"])
+        local_m = min(CPU_LOCAL_N[b_layout], items_m)
+        return {"kernel": "kn", "local": (local_m, 1),
+                "global": (ceil_div(items_m, local_m) * local_m, ceil_div(n, 16))}
+    items_n = ceil_div(n, constants["RN"])
+    local_n = min(CPU_LOCAL_N[b_layout], items_n)
+    return {"kernel": "nk", "local": (local_n, 1),
+            "global": (ceil_div(items_n, local_n) * local_n, ceil_div(m, constants["RM"]))}
+
+
+def _check_device_runs(family: str, target: str, queue) -> None:
+    """The native bmg/lnl binaries call the DPAS built-in, which only an Xe2 GPU driver provides; Intel's CPU runtime,
+    asked to build them, fails without a message. Refuse before that with the reason and the fix."""
+    if family != FAMILIES["native"] or not is_xe2(target):
+        return
+    device = queue.sycl_device
+    try:
+        detected = targets.detect(device).target
+    except TargetError:
+        detected = None
+    if detected not in ("bmg", "lnl"):
+        raise TargetError(
+            f"{OP}: target {target!r} needs an Intel Xe2 GPU: its kernels call "
+            f"intel_sub_group_f16_f16_matrix_mad_k16 (cl_intel_subgroup_matrix_multiply_accumulate), which device "
+            f"{device.name!r} does not provide; use target='cpu' or target=None, or variant='xe2emu' to run the "
+            f"Xe2 kernels with software DPAS")
+
+
+def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, target: str | None = None,
+        variant: str = "native"):
+    """Validate, launch, and return (out, event); event is None when nothing needed launching."""
+    if b_layout not in B_LAYOUTS:
+        raise InputError(f"{OP}: b_layout must be 'kn' (b is [K, N]) or 'nk' (b is [N, K]), got {b_layout!r}")
+    if activation not in ACTIVATIONS:
+        raise InputError(f"{OP}: activation must be None, 'relu' or 'gelu' (tanh form), got {activation!r}")
+    if variant not in FAMILIES:
+        raise InputError(f"{OP}: variant must be one of {sorted(FAMILIES)}, got {variant!r}")
+    validate.device_array(OP, "a", a, dtypes=[np.float16], ndims=[2])
+    validate.device_array(OP, "b", b, dtypes=[np.float16], ndims=[2])
+    m, k = a.shape
+    n, k_b = (b.shape[1], b.shape[0]) if b_layout == "kn" else b.shape
+    if k_b != k:
+        shape_name = "[K, N]" if b_layout == "kn" else "[N, K]"
+        raise InputError(f"{OP}: inner dimensions differ: a is [M, K] = {tuple(a.shape)} (K = {k}) but b is "
+                         f"{shape_name} = {tuple(b.shape)} (K = {k_b}) with b_layout={b_layout!r}")
+    if bias is not None:
+        validate.device_array(OP, "bias", bias, dtypes=[np.float16], ndims=[1])
+        if bias.shape[0] != n:
+            raise InputError(f"{OP}: bias must have length N = {n} (one per output column), got {bias.shape[0]}")
+    queue = validate.same_queue(OP, a=a, b=b, bias=bias, out=out)
+    validate.require_fp16(OP, queue)
+    if out is not None:
+        validate.out_array(OP, out, shape=(m, n), dtype=np.float16, queue=queue,
+                           inputs={"a": a, "b": b, "bias": bias})
+    for name, value in (("M", m), ("N", n), ("K", k)):
+        if value > MAX_DIM:
+            raise InputError(f"{OP}: {name} = {value} exceeds {MAX_DIM} (2^31 - 257): the kernels index rows and "
+                             f"columns with 32-bit ints (element offsets are 64-bit, so M*N*K itself is not limited)")
+    chosen = targets.resolve(queue.sycl_device, target)
+    _check_device_runs(FAMILIES[variant], chosen, queue)
+    program = artifacts.load(queue, chosen, FAMILIES[variant])
+    c = out if out is not None else dpnp.empty((m, n), dtype=np.float16, sycl_queue=queue)
+    if m == 0 or n == 0:
+        return c, None
+    if k == 0:  # the kernels handle K = 0 (no steps: act(bias)), but a zero-size array has no pointer to pass
+        a = b = dpnp.zeros(1, dtype=np.float16, sycl_queue=queue)
+    args = [a, b, bias if bias is not None else c, c, m, n, k, int(bias is not None), ACTIVATIONS[activation]]
+    constants = program.constants
+    if constants["XE2_SHAPE"]:
+        geo = xe2_geometry(constants, targets.hw_threads(queue.sycl_device, program.target), m, n, k)
+        kernel = program.kernel(f"{OP}_{b_layout}_m{geo['tile_m']}")
+        args.append(max(1, geo["slm_floats"]))
+    else:
+        geo = cpu_geometry(constants, b_layout, m, n)
+        kernel = program.kernel(f"{OP}_{geo['kernel']}")
+    event = launch.launch(kernel, args, geo["global"], geo["local"], queue)
+    return c, event
+
+
+def gemm_fp16(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, target: str | None = None):
+    """out = activation(a @ B + bias) for float16 a [M, K] and b [K, N] (b_layout="kn") or [N, K] ("nk", the usual
+    weight layout, B = b.T), optional float16 bias [N], activation None, "relu" or "gelu" (tanh form), accumulated in
+    fp32 and rounded once to float16 [M, N] on a's queue. `target` forces a kernel target (bmg, lnl, cpu)."""
+    return run(a, b, bias=bias, activation=activation, b_layout=b_layout, out=out, target=target)[0]
