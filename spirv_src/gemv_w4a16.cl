@@ -183,13 +183,17 @@ INLINE float hsum16(float16 v)
     return (b.s0 + b.s1) + (b.s2 + b.s3);
 }
 
-/* Codes -> floats q + MAGIC_VALUE (see HALF_MAGIC). */
-INLINE float16 codes16(uchar16 nibbles)
+/* The 32 codes of 16 packed bytes as floats q + MAGIC_VALUE (see HALF_MAGIC): lo = even k, hi = odd k. */
+INLINE void codes32(uchar16 bytes, float16* lo, float16* hi)
 {
 #if HALF_MAGIC
-    return convert_float16(as_half16(convert_ushort16(nibbles) | (ushort16)MAGIC_BITS));
+    *lo = convert_float16(as_half16(convert_ushort16(bytes & (uchar16)15) | (ushort16)MAGIC_BITS));
+    *hi = convert_float16(as_half16(convert_ushort16(bytes >> (uchar16)4) | (ushort16)MAGIC_BITS));
 #else
-    return convert_float16(nibbles);
+    /* widen first: one vpmovzxbd per 16 bytes, then mask and shift on 32-bit lanes (x86 has no byte shift) */
+    const uint16 w = convert_uint16(bytes);
+    *lo = convert_float16(w & 15u);
+    *hi = convert_float16(w >> 4);
 #endif
 }
 
@@ -235,18 +239,18 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
         }
         for (int r = 0; r < RPT; ++r) {
             const float bias = MAGIC_VALUE + (ZP ? (float)zrow[r][g] : (float)SYM_ZERO);
-            float16 dot = 0.0f;
+            float16 dot = 0.0f, dot_odd = 0.0f; /* two fma chains: half the latency per row */
             for (int c = 0; c < chunks; ++c) {
-                const uchar16 wb = vload16(g * chunks + c, prow[r]);
-                float16 lo = codes16(wb & (uchar16)15);
-                float16 hi = codes16(wb >> (uchar16)4);
+                float16 lo, hi;
+                codes32(vload16(g * chunks + c, prow[r]), &lo, &hi);
 #if !DEQUANT_MAGIC
                 lo -= bias;
                 hi -= bias;
 #endif
                 dot = fma(lo, xe[c], dot);
-                dot = fma(hi, xo[c], dot);
+                dot_odd = fma(hi, xo[c], dot_odd);
             }
+            dot += dot_odd;
 #if DEQUANT_MAGIC
             dot = fma((float16)(-bias), xs, dot);
 #endif
