@@ -40,6 +40,9 @@
 #define MAGIC_VALUE 0.0f
 #endif
 #define SYM_ZERO 8
+#ifndef INTERLEAVE_MAX_ROW_BYTES
+#define INTERLEAVE_MAX_ROW_BYTES 0
+#endif
 
 #define W4_PARAMS __global const half* x, __global const uchar* packed, __global const half* scales, \
                   __global const uchar* zeros, __global half* y, int N, int K, __local float* partial
@@ -206,12 +209,23 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
     const int groups_per_row = K / G;
     const int chunks = G / 32; /* 32 k = 16 bytes per chunk */
 
+    /* Short rows (K / 2 <= INTERLEAVE_MAX_ROW_BYTES): work-item w takes rows w, w + W, w + 2W, ... (W work-items
+     * with rows), so consecutive work-items read adjacent rows and every row stream the hardware prefetcher has
+     * picked up runs on into the next work-item's rows; with contiguous row blocks each work-item restarts RPT cold
+     * streams, which costs more than the short rows take to read. Long rows keep contiguous blocks. */
+    const int n_items = (N + RPT - 1) / RPT;
+    const bool interleave = K / 2 <= INTERLEAVE_MAX_ROW_BYTES;
+    const int item = row0 / RPT;
+    const int row_step = interleave ? n_items : 1;
+    const int first_row = interleave ? item : row0;
+    const bool has_rows = interleave ? item < n_items : row0 < N;
+
     /* Rows past N read row N-1 again (branch-free inner loop) and are never stored. */
     __global const uchar* prow[RPT];
     __global const half* srow[RPT];
     __global const uchar* zrow[RPT];
     for (int r = 0; r < RPT; ++r) {
-        const size_t row = (size_t)min(row0 + r, N - 1);
+        const size_t row = (size_t)min(first_row + r * row_step, N - 1);
         prow[r] = packed + row * (K / 2);
         srow[r] = scales + row * groups_per_row;
         zrow[r] = zeros + row * groups_per_row;
@@ -265,8 +279,8 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
             float total = 0.0f;
             for (int s = 0; s < K_SPLIT; ++s)
                 total += partial[(item_row + r) * K_SPLIT + s];
-            if (row0 + r < N)
-                vstore_half_rte(total, row0 + r, y);
+            if (has_rows && first_row + r * row_step < N)
+                vstore_half_rte(total, first_row + r * row_step, y);
         }
 }
 

@@ -40,11 +40,13 @@ def check(queue, x, qw, target, dequant, *, rel=1e-2):
     return y, ref
 
 
+# N tails; K = 4224 is not a multiple of VL 512. On the CPU rows up to 4 KB are dealt out strided (the first three
+# shapes) and longer rows in contiguous blocks (13 x 8448).
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dequant", VARIANTS)
 @pytest.mark.parametrize("group_size", GROUPS)
 @pytest.mark.parametrize("symmetric", [True, False])
-@pytest.mark.parametrize("n,k", [(1, 4224), (7, 4224), (1000, 1024)])  # N tails; K = 4224 not a multiple of VL 512
+@pytest.mark.parametrize("n,k", [(1, 4224), (7, 4224), (1000, 1024), (13, 8448)])
 def test_w4_shapes(queue, rng, target, dequant, group_size, symmetric, n, k):
     x = rng.standard_normal(k).astype(np.float16)
     check(queue, x, random_qw(rng, n, k, group_size, symmetric, queue), target, dequant)
