@@ -10,6 +10,10 @@
  */
 #include "xe2rt.h"
 
+#ifndef INTERLEAVE_MAX_ROW_BYTES
+#define INTERLEAVE_MAX_ROW_BYTES 0
+#endif
+
 #define W8_PARAMS __global const half* x, __global const char* qweight, __global const half* scales, \
                   __global half* y, int N, int K, __local float* partial
 
@@ -75,10 +79,19 @@ __kernel void gemv_w8a16(W8_PARAMS)
     const int item_row = (lid / K_SPLIT) * RPT;
     const int row0 = get_group_id(0) * ROWS + item_row;
 
+    /* Short rows (K <= INTERLEAVE_MAX_ROW_BYTES): work-item w takes rows w, w + W, w + 2W, ... so the row streams the
+     * hardware prefetcher has picked up run on into the next work-item's rows (see gemv_w4a16.cl). */
+    const int n_items = (N + RPT - 1) / RPT;
+    const bool interleave = K <= INTERLEAVE_MAX_ROW_BYTES;
+    const int item = row0 / RPT;
+    const int row_step = interleave ? n_items : 1;
+    const int first_row = interleave ? item : row0;
+    const bool has_rows = interleave ? item < n_items : row0 < N;
+
     /* Rows past N read row N-1 again (branch-free inner loop) and are never stored. */
     __global const char* w_rows[RPT];
     for (int r = 0; r < RPT; ++r)
-        w_rows[r] = qweight + (size_t)min(row0 + r, N - 1) * K;
+        w_rows[r] = qweight + (size_t)min(first_row + r * row_step, N - 1) * K;
 
     const int blocks = K / 16;
     const int per_slice = (blocks + K_SPLIT - 1) / K_SPLIT;
@@ -112,8 +125,9 @@ __kernel void gemv_w8a16(W8_PARAMS)
             float total = 0.0f;
             for (int s = 0; s < K_SPLIT; ++s)
                 total += partial[(item_row + r) * K_SPLIT + s];
-            if (row0 + r < N)
-                vstore_half_rte(total * vload_half(row0 + r, scales), row0 + r, y);
+            const int row = first_row + r * row_step;
+            if (has_rows && row < N)
+                vstore_half_rte(total * vload_half(row, scales), row, y);
         }
 }
 
