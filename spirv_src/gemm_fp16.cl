@@ -159,21 +159,33 @@ INLINE void store_row(__global half* C, int N, int row, int col0, int cols, cons
  * groups walks row blocks, dimension 1 column strips: consecutive groups reuse one K x 16 NJ strip of B from L2. */
 /* Instantiated per tile shape so the accumulators are fixed-size, fully unrolled scalars the packetizer keeps in zmm
  * registers (a shared function with runtime-bounded loops left them in private memory). */
-/* acc[r][j] += A[row0 + r][k] * B[k][colb + 16 j + lane] over all k; b (uniform row pointer, lane added last so the
- * packetizer sees consecutive addresses) and j are in scope of LOAD. A is indexed from uniform values only (an array of
- * row pointers made the packetizer gather A per lane). */
-#define KN_K_LOOP(RM_, NJ, LOAD)                                                                                    \
-    for (int k = 0; k < K; ++k) {                                                                                  \
-        __global const half* b = B + (size_t)k * N + colb;                                                         \
+/* acc[r][j] += A[row0 + r][k] * B[k][colb + 16 j + lane] for k in [k0, k0 + kn); b (uniform row pointer, lane added last
+ * so the packetizer sees consecutive addresses) and j are in scope of LOAD. A_AT(r, k) reads A from uniform indices
+ * only (an array of row pointers, or min(), made the packetizer gather A per lane). */
+#define KN_K_LOOP(RM_, NJ, A_AT, LOAD)                                                                              \
+    for (int k = 0; k < kn; ++k) {                                                                                 \
+        __global const half* b = B + (size_t)(k0 + k) * N + colb;                                                  \
         float bv[NJ];                                                                                              \
         _Pragma("unroll") for (int j = 0; j < NJ; ++j) bv[j] = LOAD;                                               \
         _Pragma("unroll") for (int r = 0; r < RM_; ++r) {                                                          \
-            const float a = (float)A[(size_t)(row0 + r < M ? row0 + r : M - 1) * K + k];                          \
+            const float a = A_AT(r, k);                                                                            \
             _Pragma("unroll") for (int j = 0; j < NJ; ++j) acc[r][j] = fma(a, bv[j], acc[r][j]);                   \
         }                                                                                                          \
     }
 
-#define KN_PACKET_KERNEL(NAME, RM_, NJ)                                                                              \
+/* Two whole loops rather than a per-k choice: the packetizer then keeps plain vector loads in the full one. */
+#define KN_K_LOOPS(RM_, NJ, A_AT)                                                                                   \
+    if (colb + 16 * NJ <= N)                                                                                       \
+        KN_K_LOOP(RM_, NJ, A_AT, (float)(b + j * 16)[lane])                                                        \
+    else                                                                                                           \
+        KN_K_LOOP(RM_, NJ, A_AT, colb + (int)lane + j * 16 < N ? (float)(b + j * 16)[lane] : 0.0f)
+
+#define KN_A_GLOBAL(r, k) ((float)A[(size_t)(row0 + (r) < M ? row0 + (r) : M - 1) * K + k0 + (k)])
+#define KN_A_LOCAL(r, k) (a_stage[(r) * a_ld + (k)])
+
+/* KC > 0: A's RM_ x KC block is converted to fp32 in local memory once per K chunk, 16 values per vector
+ * instruction, so the K loop broadcasts fp32 straight from memory instead of converting one half per row and k. */
+#define KN_PACKET_KERNEL(NAME, RM_, NJ, KC)                                                                        \
     XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \
     __kernel void NAME(__global const half* A, __global const half* B, __global const half* bias, __global half* C, \
                        int M, int N, int K, int has_bias, int act)                                                  \
@@ -181,18 +193,30 @@ INLINE void store_row(__global half* C, int N, int row, int col0, int cols, cons
         const size_t lane = get_local_id(0); /* size_t: an int index loses the consecutive-address proof */       \
         const int row0 = get_group_id(0) * RM_;                                                                    \
         const int colb = get_group_id(1) * 16 * NJ;                                                                \
-        if (row0 >= M)                                                                                             \
-            return;                                                                                                \
+        __local float a_stage[RM_ * (KC > 0 ? KC : 1)];                                                            \
+        const int a_ld = KC;                                                                                       \
         float acc[RM_][NJ];                                                                                        \
         _Pragma("unroll") for (int r = 0; r < RM_; ++r) _Pragma("unroll") for (int j = 0; j < NJ; ++j)             \
             acc[r][j] = 0.0f;                                                                                      \
-        /* Two whole loops rather than a per-k choice: the packetizer then keeps plain vector loads in the full one. */ \
-        if (colb + 16 * NJ <= N)                                                                                   \
-            KN_K_LOOP(RM_, NJ, (float)(b + j * 16)[lane])                                                          \
-        else                                                                                                       \
-            KN_K_LOOP(RM_, NJ, colb + (int)lane + j * 16 < N ? (float)(b + j * 16)[lane] : 0.0f)                   \
+        if (KC == 0) {                                                                                             \
+            const int k0 = 0, kn = K;                                                                              \
+            KN_K_LOOPS(RM_, NJ, KN_A_GLOBAL)                                                                       \
+        } else {                                                                                                   \
+            for (int k0 = 0; k0 < K; k0 += KC) {                                                                   \
+                const int kn = K - k0 < KC ? K - k0 : KC;                                                          \
+                barrier(CLK_LOCAL_MEM_FENCE);                                                                      \
+                for (int r = 0; r < RM_; ++r) {                                                                    \
+                    __global const half* ar = A + (size_t)(row0 + r < M ? row0 + r : M - 1) * K + k0;             \
+                    for (int i = 0; i < kn; i += 16)                                                               \
+                        if (i + (int)lane < kn)                                                                    \
+                            (a_stage + r * KC + i)[lane] = (float)(ar + i)[lane];                                  \
+                }                                                                                                  \
+                barrier(CLK_LOCAL_MEM_FENCE);                                                                      \
+                KN_K_LOOPS(RM_, NJ, KN_A_LOCAL)                                                                    \
+            }                                                                                                      \
+        }                                                                                                          \
         _Pragma("unroll") for (int j = 0; j < NJ; ++j) {                                                           \
-            const int col = colb + (int)lane + j * 16;                                                                  \
+            const int col = colb + (int)lane + j * 16;                                                             \
             if (col < N) {                                                                                         \
                 const float bs = has_bias ? vload_half(col, bias) : 0.0f;                                          \
                 _Pragma("unroll") for (int r = 0; r < RM_; ++r) if (row0 + r < M)                                  \
@@ -201,8 +225,8 @@ INLINE void store_row(__global half* C, int N, int row, int col0, int cols, cons
         }                                                                                                          \
     }
 
-KN_PACKET_KERNEL(gemm_fp16_kn, KN_RM, KN_NJ)
-KN_PACKET_KERNEL(gemm_fp16_kn_wide, 1, KN_WIDE_NJ)
+KN_PACKET_KERNEL(gemm_fp16_kn, KN_RM, KN_NJ, KN_KC)
+KN_PACKET_KERNEL(gemm_fp16_kn_wide, 1, KN_WIDE_NJ, 0)
 
 __kernel void gemm_fp16_nk(__global const half* A, __global const half* B, __global const half* bias, __global half* C,
                            int M, int N, int K, int has_bias, int act)
