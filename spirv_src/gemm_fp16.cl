@@ -11,9 +11,9 @@
  *    DPAS so the same kernels run on the CPU device.
  *  - XE2_SHAPE = 0 (CPU device, TOOLCHAIN.md 6). nk: one work-item per RM x RN register tile of k-octet dot products
  *    (both operands contiguous along K), vload_half8 -> float8 fma, reduced horizontally at the end. kn: shaped for
- *    the CPU runtime's packetizer (16 work-items = one AVX-512 packet): a work-group is one packet owning a
- *    KN_RM x (16 KN_NJ) tile, lanes on adjacent columns, so each K row of B is KN_NJ plain vector loads and A
- *    broadcasts; kn_wide is the same kernel with one row (M <= 4).
+ *    the CPU runtime's packetizer (16 work-items = one AVX-512 packet): a work-group is one packet, lanes on adjacent
+ *    columns, so a K row of B is plain vector loads and A is broadcast. kn blocks for cache: (KN_RB x KN_RM) rows x
+ *    16 KN_NJ columns per packet, K in KN_KB chunks staged as fp32 in local memory; kn_wide (M <= 4) streams B.
  */
 #include "gemm_fp16_dpas.h"
 
@@ -151,70 +151,42 @@ INLINE void store_row(__global half* C, int N, int row, int col0, int cols, cons
                         C);
 }
 
-/* kn, packet-shaped: the CPU runtime runs 16 work-items of a sub-group as one AVX-512 packet, so a work-item owns
- * ONE column per 16-column block and the packet's 16 lanes read 16 adjacent halves of a B row as one vector load.
- * Work-item tile: RM rows x NJ columns (stride 16); packet tile: RM x 16 NJ, held as RM x NJ zmm accumulators; per
- * K row NJ vector loads of B, RM uniform (broadcast) loads of A, RM NJ fma. A work-group is exactly one packet
- * (local = (16, 1)), so the group ids are uniform and the full/edge branch costs no masking. Dimension 0 of the
- * groups walks row blocks, dimension 1 column strips: consecutive groups reuse one K x 16 NJ strip of B from L2. */
-/* Instantiated per tile shape so the accumulators are fixed-size, fully unrolled scalars the packetizer keeps in zmm
- * registers (a shared function with runtime-bounded loops left them in private memory). */
-/* acc[r][j] += A[row0 + r][k] * B[k][colb + 16 j + lane] for k in [k0, k0 + kn); b (uniform row pointer, lane added last
- * so the packetizer sees consecutive addresses) and j are in scope of LOAD. A_AT(r, k) reads A from uniform indices
- * only (an array of row pointers, or min(), made the packetizer gather A per lane). */
-#define KN_K_LOOP(RM_, NJ, A_AT, LOAD)                                                                              \
-    for (int k = 0; k < kn; ++k) {                                                                                 \
-        __global const half* b = B + (size_t)(k0 + k) * N + colb;                                                  \
+/* kn_wide (M <= 4), packet-shaped: the CPU runtime runs the 16 work-items of a sub-group as one AVX-512 packet, so a
+ * work-item owns ONE column per 16-column block and the packet's lanes read 16 adjacent halves of a B row as one vector
+ * load. A work-group is exactly one packet (local = (16, 1)), so group ids are uniform and the full/edge branch costs
+ * no masking. Packet tile RM_ x 16 NJ (RM_ x NJ zmm accumulators); per K row NJ vector loads of B (512 contiguous
+ * bytes for NJ = 16) and RM_ broadcasts of A. Instantiated per tile shape so the accumulators are fixed-size, fully
+ * unrolled scalars the packetizer keeps in registers (runtime-bounded loops left them in private memory).
+ * Packetizer traps seen in the CPU runtime's asm (CL_CONFIG_DUMP_ASM): an int lane index, an array of row pointers
+ * and min() each turned a contiguous or uniform load into a per-lane gather; hence size_t lanes, uniform pointer
+ * arithmetic with the lane added last, ternary clamps. */
+#define KN_K_LOOP(RM_, NJ, LOAD)                                                                                    \
+    for (int k = 0; k < K; ++k) {                                                                                  \
+        __global const half* b = B + (size_t)k * N + colb;                                                         \
         float bv[NJ];                                                                                              \
         _Pragma("unroll") for (int j = 0; j < NJ; ++j) bv[j] = LOAD;                                               \
         _Pragma("unroll") for (int r = 0; r < RM_; ++r) {                                                          \
-            const float a = A_AT(r, k);                                                                            \
+            const float a = (float)A[(size_t)(row0 + r < M ? row0 + r : M - 1) * K + k];                          \
             _Pragma("unroll") for (int j = 0; j < NJ; ++j) acc[r][j] = fma(a, bv[j], acc[r][j]);                   \
         }                                                                                                          \
     }
 
-/* Two whole loops rather than a per-k choice: the packetizer then keeps plain vector loads in the full one. */
-#define KN_K_LOOPS(RM_, NJ, A_AT)                                                                                   \
-    if (colb + 16 * NJ <= N)                                                                                       \
-        KN_K_LOOP(RM_, NJ, A_AT, (float)(b + j * 16)[lane])                                                        \
-    else                                                                                                           \
-        KN_K_LOOP(RM_, NJ, A_AT, colb + (int)lane + j * 16 < N ? (float)(b + j * 16)[lane] : 0.0f)
-
-#define KN_A_GLOBAL(r, k) ((float)A[(size_t)(row0 + (r) < M ? row0 + (r) : M - 1) * K + k0 + (k)])
-#define KN_A_LOCAL(r, k) (a_stage[(r) * a_ld + (k)])
-
-/* KC > 0: A's RM_ x KC block is converted to fp32 in local memory once per K chunk, 16 values per vector
- * instruction, so the K loop broadcasts fp32 straight from memory instead of converting one half per row and k. */
-#define KN_PACKET_KERNEL(NAME, RM_, NJ, KC)                                                                        \
+#define KN_PACKET_KERNEL(NAME, RM_, NJ)                                                                            \
     XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \
     __kernel void NAME(__global const half* A, __global const half* B, __global const half* bias, __global half* C, \
                        int M, int N, int K, int has_bias, int act)                                                  \
     {                                                                                                              \
-        const size_t lane = get_local_id(0); /* size_t: an int index loses the consecutive-address proof */       \
+        const size_t lane = get_local_id(0);                                                                       \
         const int row0 = get_group_id(0) * RM_;                                                                    \
         const int colb = get_group_id(1) * 16 * NJ;                                                                \
-        __local float a_stage[RM_ * (KC > 0 ? KC : 1)];                                                            \
-        const int a_ld = KC;                                                                                       \
         float acc[RM_][NJ];                                                                                        \
         _Pragma("unroll") for (int r = 0; r < RM_; ++r) _Pragma("unroll") for (int j = 0; j < NJ; ++j)             \
             acc[r][j] = 0.0f;                                                                                      \
-        if (KC == 0) {                                                                                             \
-            const int k0 = 0, kn = K;                                                                              \
-            KN_K_LOOPS(RM_, NJ, KN_A_GLOBAL)                                                                       \
-        } else {                                                                                                   \
-            for (int k0 = 0; k0 < K; k0 += KC) {                                                                   \
-                const int kn = K - k0 < KC ? K - k0 : KC;                                                          \
-                barrier(CLK_LOCAL_MEM_FENCE);                                                                      \
-                for (int r = 0; r < RM_; ++r) {                                                                    \
-                    __global const half* ar = A + (size_t)(row0 + r < M ? row0 + r : M - 1) * K + k0;             \
-                    for (int i = 0; i < kn; i += 16)                                                               \
-                        if (i + (int)lane < kn)                                                                    \
-                            (a_stage + r * KC + i)[lane] = (float)(ar + i)[lane];                                  \
-                }                                                                                                  \
-                barrier(CLK_LOCAL_MEM_FENCE);                                                                      \
-                KN_K_LOOPS(RM_, NJ, KN_A_LOCAL)                                                                    \
-            }                                                                                                      \
-        }                                                                                                          \
+        /* Two whole loops rather than a per-k choice: the full one then keeps plain vector loads. */              \
+        if (colb + 16 * NJ <= N)                                                                                   \
+            KN_K_LOOP(RM_, NJ, (float)(b + j * 16)[lane])                                                          \
+        else                                                                                                       \
+            KN_K_LOOP(RM_, NJ, colb + (int)lane + j * 16 < N ? (float)(b + j * 16)[lane] : 0.0f)                   \
         _Pragma("unroll") for (int j = 0; j < NJ; ++j) {                                                           \
             const int col = colb + (int)lane + j * 16;                                                             \
             if (col < N) {                                                                                         \
@@ -225,8 +197,82 @@ INLINE void store_row(__global half* C, int N, int row, int col0, int cols, cons
         }                                                                                                          \
     }
 
-KN_PACKET_KERNEL(gemm_fp16_kn, KN_RM, KN_NJ, KN_KC)
-KN_PACKET_KERNEL(gemm_fp16_kn_wide, 1, KN_WIDE_NJ, 0)
+KN_PACKET_KERNEL(gemm_fp16_kn_wide, 1, KN_WIDE_NJ)
+
+/* kn (M > 4), cache-blocked, same packet shape: one packet owns KN_RB x KN_RM rows x 16 KN_NJ columns. Per chunk of
+ * KN_KB k it converts the B chunk (KN_KB x 64) and the A chunk to fp32 in local memory, then runs each KN_RM-row
+ * sub-block's KN_RM x 64 register tile over the chunk (fp32 loads and broadcasts only, no conversion in the k loop),
+ * parking accumulators in local memory between chunks. Why: B's rows are N halves apart, so the 64-column
+ * strip of B falls into a handful of cache sets (same page offset in every row) and thrashes L1/L2 however small it
+ * is; the local copy is contiguous, so the chunk is read from memory once and reused from L1 by every sub-block. */
+XE2RT_REQD_SUB_GROUP_SIZE(16)
+__kernel void gemm_fp16_kn(__global const half* A, __global const half* B, __global const half* bias,
+                               __global half* C, int M, int N, int K, int has_bias, int act)
+{
+    __local float b_st[KN_KB * 16 * KN_NJ];
+    __local float a_st[KN_RB * KN_RM * KN_KB];
+    __local float acc_st[KN_RB * KN_RM * KN_NJ * 16];
+    const size_t lane = get_local_id(0);
+    const int row0 = get_group_id(0) * (KN_RB * KN_RM);
+    const int colb = get_group_id(1) * 16 * KN_NJ;
+    const int rows = M - row0 < KN_RB * KN_RM ? M - row0 : KN_RB * KN_RM;
+    const int rbs = (rows + KN_RM - 1) / KN_RM;
+    const bool full = colb + 16 * KN_NJ <= N;
+    for (int i = 0; i < KN_RB * KN_RM * KN_NJ; ++i)
+        (acc_st + i * 16)[lane] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += KN_KB) {
+        const int kn = K - k0 < KN_KB ? K - k0 : KN_KB;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (full) {
+            for (int k = 0; k < kn; ++k) {
+                __global const half* b = B + (size_t)(k0 + k) * N + colb;
+                _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j)
+                    (b_st + k * 16 * KN_NJ + j * 16)[lane] = (float)(b + j * 16)[lane];
+            }
+        } else {
+            for (int k = 0; k < kn; ++k) {
+                __global const half* b = B + (size_t)(k0 + k) * N + colb;
+                _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j)
+                    (b_st + k * 16 * KN_NJ + j * 16)[lane] =
+                        colb + (int)lane + j * 16 < N ? (float)(b + j * 16)[lane] : 0.0f;
+            }
+        }
+        for (int r = 0; r < rbs * KN_RM; ++r) {
+            __global const half* ar = A + (size_t)(r < rows ? row0 + r : M - 1) * K + k0;
+            for (int i = 0; i < kn; i += 16)
+                if (i + (int)lane < kn)
+                    (a_st + r * KN_KB + i)[lane] = (float)(ar + i)[lane];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int rb = 0; rb < rbs; ++rb) {
+            __local float* as = a_st + rb * KN_RM * KN_KB;
+            __local float* cs = acc_st + rb * KN_RM * KN_NJ * 16;
+            float acc[KN_RM][KN_NJ];
+            _Pragma("unroll") for (int r = 0; r < KN_RM; ++r) _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j)
+                acc[r][j] = (cs + (r * KN_NJ + j) * 16)[lane];
+            for (int k = 0; k < kn; ++k) {
+                float bv[KN_NJ];
+                _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j) bv[j] = (b_st + k * 16 * KN_NJ + j * 16)[lane];
+                _Pragma("unroll") for (int r = 0; r < KN_RM; ++r) {
+                    const float a = as[r * KN_KB + k];
+                    _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j) acc[r][j] = fma(a, bv[j], acc[r][j]);
+                }
+            }
+            _Pragma("unroll") for (int r = 0; r < KN_RM; ++r) _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j)
+                (cs + (r * KN_NJ + j) * 16)[lane] = acc[r][j];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j) {
+        const int col = colb + (int)lane + j * 16;
+        if (col < N) {
+            const float bs = has_bias ? vload_half(col, bias) : 0.0f;
+            for (int r = 0; r < rows; ++r)
+                vstore_half_rte(epilogue((acc_st + (r * KN_NJ + j) * 16)[lane], bs, act), (size_t)(row0 + r) * N + col,
+                                C);
+        }
+    }
+}
 
 __kernel void gemm_fp16_nk(__global const half* A, __global const half* B, __global const half* bias, __global half* C,
                            int M, int N, int K, int has_bias, int act)

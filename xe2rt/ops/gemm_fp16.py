@@ -10,9 +10,9 @@ into `slices` ranges (dimension 2 of the work-group) whose partial tiles meet in
     SLM    = (slices - 1) * SGS_M * tile_m * SGS_N * SG_N floats
 Geometry, CPU shape: one work-item per register tile:
     nk      RM x RN   global = (ceil(N / RN) rounded up to the local size, ceil(M / RM)), local = (<= 32, 1)
-    kn      KN_RM x 16 KN_NJ per work-group of 16 (one AVX-512 packet, a lane per column)
-            global = (ceil(M / KN_RM) * 16, ceil(N / (16 KN_NJ))), local = (16, 1): group dim 0 walks row blocks
-    kn_wide the same with 1 row x 16 KN_WIDE_NJ columns (M <= KN_WIDE_MAX_M): global = (M * 16, ...)
+    kn      (KN_RB x KN_RM) x 16 KN_NJ per work-group of 16 (one AVX-512 packet, a lane per column), K in KN_KB
+            chunks staged in local memory: global = (ceil(M / (KN_RB KN_RM)) * 16, ceil(N / (16 KN_NJ))), local = (16, 1)
+    kn_wide 1 row x 16 KN_WIDE_NJ columns per packet (M <= KN_WIDE_MAX_M): global = (M * 16, ceil(N / (16 KN_WIDE_NJ)))
 
 Variants: `variant="native"` (default) is the real thing per target: DPAS on bmg/lnl, the CPU-tuned kernels on cpu.
 `variant="xe2emu"` runs the Xe2-shaped kernels with the DPAS built-in replaced by its software version from the
@@ -75,7 +75,7 @@ def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
     if b_layout == "kn":
         # One 16-lane packet per work-group; group dim 0 walks row blocks so consecutive groups share a B strip.
         kernel, rm, nj = ("kn_wide", 1, constants["KN_WIDE_NJ"]) if m <= KN_WIDE_MAX_M else \
-            ("kn", constants["KN_RM"], constants["KN_NJ"])
+            ("kn", constants["KN_RB"] * constants["KN_RM"], constants["KN_NJ"])
         return {"kernel": kernel, "local": (KN_PACKET, 1),
                 "global": (ceil_div(m, rm) * KN_PACKET, ceil_div(n, KN_PACKET * nj))}
     items_n = ceil_div(n, constants["RN"])
