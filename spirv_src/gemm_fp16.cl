@@ -13,7 +13,7 @@
  *    (both operands contiguous along K), vload_half8 -> float8 fma, reduced horizontally at the end. kn: shaped for
  *    the CPU runtime's packetizer (16 work-items = one AVX-512 packet): a work-group is one packet, lanes on adjacent
  *    columns, so a K row of B is plain vector loads and A is broadcast. kn blocks for cache: (KN_RB x KN_RM) rows x
- *    16 KN_NJ columns per packet, K in KN_KB chunks staged as fp32 in local memory; kn_wide (M <= 4) streams B.
+ *    16 KN_NJ columns per packet, K in KN_KB chunks staged as fp32 in local memory; kn_w1/w2/w4 (M <= 4) stream B.
  */
 #include "gemm_fp16_dpas.h"
 
@@ -151,11 +151,11 @@ INLINE void store_row(__global half* C, int N, int row, int col0, int cols, cons
                         C);
 }
 
-/* kn_wide (M <= 4), packet-shaped: the CPU runtime runs the 16 work-items of a sub-group as one AVX-512 packet, so a
+/* kn_w1/w2/w4 (M <= 4), packet-shaped: the CPU runtime runs the 16 work-items of a sub-group as one AVX-512 packet, so a
  * work-item owns ONE column per 16-column block and the packet's lanes read 16 adjacent halves of a B row as one vector
  * load. A work-group is exactly one packet (local = (16, 1)), so group ids are uniform and the full/edge branch costs
- * no masking. Packet tile RM_ x 16 NJ (RM_ x NJ zmm accumulators); per K row NJ vector loads of B (512 contiguous
- * bytes for NJ = 16) and RM_ broadcasts of A. Instantiated per tile shape so the accumulators are fixed-size, fully
+ * no masking. Packet tile RM_ x 16 NJ (RM_ x NJ zmm accumulators); per K row NJ vector loads of B (32 NJ contiguous
+ * bytes) and RM_ broadcasts of A. Instantiated per tile shape so the accumulators are fixed-size, fully
  * unrolled scalars the packetizer keeps in registers (runtime-bounded loops left them in private memory).
  * Packetizer traps seen in the CPU runtime's asm (CL_CONFIG_DUMP_ASM): an int lane index, an array of row pointers
  * and min() each turned a contiguous or uniform load into a per-lane gather; hence size_t lanes, uniform pointer
@@ -197,7 +197,10 @@ INLINE void store_row(__global half* C, int N, int row, int col0, int cols, cons
         }                                                                                                          \
     }
 
-KN_PACKET_KERNEL(gemm_fp16_kn_wide, 1, KN_WIDE_NJ)
+/* All M rows in one packet so B streams once: 1 x 256, 2 x 192, 4 x 96 columns (16-24 accumulators each). */
+KN_PACKET_KERNEL(gemm_fp16_kn_w1, 1, KN_W1_NJ)
+KN_PACKET_KERNEL(gemm_fp16_kn_w2, 2, KN_W2_NJ)
+KN_PACKET_KERNEL(gemm_fp16_kn_w4, 4, KN_W4_NJ)
 
 /* kn (M > 4), cache-blocked, same packet shape: one packet owns KN_RB x KN_RM rows x 16 KN_NJ columns. Per chunk of
  * KN_KB k it converts the B chunk (KN_KB x 64) and the A chunk to fp32 in local memory, then runs each KN_RM-row

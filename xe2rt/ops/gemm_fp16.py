@@ -12,7 +12,8 @@ Geometry, CPU shape: one work-item per register tile:
     nk      RM x RN   global = (ceil(N / RN) rounded up to the local size, ceil(M / RM)), local = (<= 32, 1)
     kn      (KN_RB x KN_RM) x 16 KN_NJ per work-group of 16 (one AVX-512 packet, a lane per column), K in KN_KB
             chunks staged in local memory: global = (ceil(M / (KN_RB KN_RM)) * 16, ceil(N / (16 KN_NJ))), local = (16, 1)
-    kn_wide 1 row x 16 KN_WIDE_NJ columns per packet (M <= KN_WIDE_MAX_M): global = (M * 16, ceil(N / (16 KN_WIDE_NJ)))
+    kn_wR   M <= KN_WIDE_MAX_M: all R = 1, 2 or 4 (>= M) rows x 16 KN_WR_NJ columns per packet, B streamed once:
+            global = (16, ceil(N / (16 KN_WR_NJ))), local = (16, 1)
 
 Variants: `variant="native"` (default) is the real thing per target: DPAS on bmg/lnl, the CPU-tuned kernels on cpu.
 `variant="xe2emu"` runs the Xe2-shaped kernels with the DPAS built-in replaced by its software version from the
@@ -40,7 +41,7 @@ MAX_SLM_BYTES = 64 * 1024  # Xe2 work-group SLM limit
 # Work-items per group along N for nk on the CPU device (measured on 2 cores: 32).
 CPU_LOCAL_N = {"nk": 32}
 KN_PACKET = 16  # work-items per group for kn: one AVX-512 packet (the kernels require sub-group size 16)
-KN_WIDE_MAX_M = 4  # kn with at most this many rows: one row per packet (kn_wide), wasting no fma on padding rows
+KN_WIDE_MAX_M = 4  # kn with at most this many rows: one packet holds them all (kn_w1/w2/w4), no staging
 # Row/column indices are 32-bit ints in the kernels (element offsets are 64-bit); tiles reach 256 past an edge.
 MAX_DIM = 2**31 - 1 - 256
 
@@ -74,8 +75,11 @@ def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> di
 def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
     if b_layout == "kn":
         # One 16-lane packet per work-group; group dim 0 walks row blocks so consecutive groups share a B strip.
-        kernel, rm, nj = ("kn_wide", 1, constants["KN_WIDE_NJ"]) if m <= KN_WIDE_MAX_M else \
-            ("kn", constants["KN_RB"] * constants["KN_RM"], constants["KN_NJ"])
+        if m <= KN_WIDE_MAX_M:
+            rows = next(r for r in (1, 2, 4) if m <= r)
+            kernel, rm, nj = f"kn_w{rows}", rows, constants[f"KN_W{rows}_NJ"]
+        else:
+            kernel, rm, nj = "kn", constants["KN_RB"] * constants["KN_RM"], constants["KN_NJ"]
         return {"kernel": kernel, "local": (KN_PACKET, 1),
                 "global": (ceil_div(m, rm) * KN_PACKET, ceil_div(n, KN_PACKET * nj))}
     items_n = ceil_div(n, constants["RN"])
