@@ -205,12 +205,14 @@ KN_PACKET_KERNEL(gemm_fp16_kn_w4, 4, KN_W4_NJ)
 /* kn (M > 4), cache-blocked, same packet shape: one packet owns KN_RB x KN_RM rows x 16 KN_NJ columns. Per chunk of
  * KN_KB k it converts the B chunk (KN_KB x 64) and the A chunk to fp32 in local memory, then runs each KN_RM-row
  * sub-block's KN_RM x 64 register tile over the chunk (fp32 loads and broadcasts only, no conversion in the k loop),
- * parking accumulators in local memory between chunks. Why: B's rows are N halves apart, so the 64-column
- * strip of B falls into a handful of cache sets (same page offset in every row) and thrashes L1/L2 however small it
- * is; the local copy is contiguous, so the chunk is read from memory once and reused from L1 by every sub-block. */
+ * parking accumulators in local memory between chunks (131 KB of local memory at 22 x 6 rows, KB = 128; the CPU
+ * device has 256 KB). Why: B's rows are N halves apart, so a 64-column strip of B sits at one page offset in every
+ * row and falls into a handful of cache sets, thrashing L1/L2 however small it is (measured: the strided kernel ran
+ * no faster with B resident in L3 than streamed from DRAM); the local copy is contiguous, so a chunk is read once and
+ * reused from L1 by every sub-block. */
 XE2RT_REQD_SUB_GROUP_SIZE(16)
-__kernel void gemm_fp16_kn(__global const half* A, __global const half* B, __global const half* bias,
-                               __global half* C, int M, int N, int K, int has_bias, int act)
+__kernel void gemm_fp16_kn(__global const half* A, __global const half* B, __global const half* bias, __global half* C,
+                           int M, int N, int K, int has_bias, int act)
 {
     __local float b_st[KN_KB * 16 * KN_NJ];
     __local float a_st[KN_RB * KN_RM * KN_KB];
