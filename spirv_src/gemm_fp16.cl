@@ -9,10 +9,11 @@
  *    them up. The epilogue (bias, activation) is applied in registers before the single store. Kernels per tile
  *    height (8, 16, 32 rows) and B layout; the SG_N width comes from the spec. DPAS_EMU = 1 swaps in the software
  *    DPAS so the same kernels run on the CPU device.
- *  - XE2_SHAPE = 0 (CPU device, TOOLCHAIN.md 6): one work-item per register tile, vload_half8 -> float8 fma.
- *    kn: RM rows x 16 columns, A[m][k] broadcast against a 16-wide B row (dispatched along M, so a work-group
- *    shares one B column strip); kn_wide (M <= 4): 1 row x 64 columns, B streamed along N. nk: RM rows x RN
- *    columns of k-octets (both operands contiguous along K), reduced horizontally at the end.
+ *  - XE2_SHAPE = 0 (CPU device, TOOLCHAIN.md 6). nk: one work-item per RM x RN register tile of k-octet dot products
+ *    (both operands contiguous along K), vload_half8 -> float8 fma, reduced horizontally at the end. kn: shaped for
+ *    the CPU runtime's packetizer (16 work-items = one AVX-512 packet): a work-group is one packet, lanes on adjacent
+ *    columns, so a K row of B is plain vector loads and A is broadcast. kn blocks for cache: (KN_RB x KN_RM) rows x
+ *    16 KN_NJ columns per packet, K in KN_KB chunks staged as fp32 in local memory; kn_w1/w2/w4 (M <= 4) stream B.
  */
 #include "gemm_fp16_dpas.h"
 
@@ -150,97 +151,132 @@ INLINE void store_row(__global half* C, int N, int row, int col0, int cols, cons
                         C);
 }
 
+/* kn_w1/w2/w4 (M <= 4), packet-shaped: the CPU runtime runs the 16 work-items of a sub-group as one AVX-512 packet, so a
+ * work-item owns ONE column per 16-column block and the packet's lanes read 16 adjacent halves of a B row as one vector
+ * load. A work-group is exactly one packet (local = (16, 1)), so group ids are uniform and the full/edge branch costs
+ * no masking. Packet tile RM_ x 16 NJ (RM_ x NJ zmm accumulators); per K row NJ vector loads of B (32 NJ contiguous
+ * bytes) and RM_ broadcasts of A. Instantiated per tile shape so the accumulators are fixed-size, fully
+ * unrolled scalars the packetizer keeps in registers (runtime-bounded loops left them in private memory).
+ * Packetizer traps seen in the CPU runtime's asm (CL_CONFIG_DUMP_ASM): an int lane index, an array of row pointers
+ * and min() each turned a contiguous or uniform load into a per-lane gather; hence size_t lanes, uniform pointer
+ * arithmetic with the lane added last, ternary clamps. */
+#define KN_K_LOOP(RM_, NJ, LOAD)                                                                                    \
+    for (int k = 0; k < K; ++k) {                                                                                  \
+        __global const half* b = B + (size_t)k * N + colb;                                                         \
+        float bv[NJ];                                                                                              \
+        _Pragma("unroll") for (int j = 0; j < NJ; ++j) bv[j] = LOAD;                                               \
+        _Pragma("unroll") for (int r = 0; r < RM_; ++r) {                                                          \
+            const float a = (float)A[(size_t)(row0 + r < M ? row0 + r : M - 1) * K + k];                          \
+            _Pragma("unroll") for (int j = 0; j < NJ; ++j) acc[r][j] = fma(a, bv[j], acc[r][j]);                   \
+        }                                                                                                          \
+    }
+
+#define KN_PACKET_KERNEL(NAME, RM_, NJ)                                                                            \
+    XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \
+    __kernel void NAME(__global const half* A, __global const half* B, __global const half* bias, __global half* C, \
+                       int M, int N, int K, int has_bias, int act)                                                  \
+    {                                                                                                              \
+        const size_t lane = get_local_id(0);                                                                       \
+        const int row0 = get_group_id(0) * RM_;                                                                    \
+        const int colb = get_group_id(1) * 16 * NJ;                                                                \
+        float acc[RM_][NJ];                                                                                        \
+        _Pragma("unroll") for (int r = 0; r < RM_; ++r) _Pragma("unroll") for (int j = 0; j < NJ; ++j)             \
+            acc[r][j] = 0.0f;                                                                                      \
+        /* Two whole loops rather than a per-k choice: the full one then keeps plain vector loads. */              \
+        if (colb + 16 * NJ <= N)                                                                                   \
+            KN_K_LOOP(RM_, NJ, (float)(b + j * 16)[lane])                                                          \
+        else                                                                                                       \
+            KN_K_LOOP(RM_, NJ, colb + (int)lane + j * 16 < N ? (float)(b + j * 16)[lane] : 0.0f)                   \
+        _Pragma("unroll") for (int j = 0; j < NJ; ++j) {                                                           \
+            const int col = colb + (int)lane + j * 16;                                                             \
+            if (col < N) {                                                                                         \
+                const float bs = has_bias ? vload_half(col, bias) : 0.0f;                                          \
+                _Pragma("unroll") for (int r = 0; r < RM_; ++r) if (row0 + r < M)                                  \
+                    vstore_half_rte(epilogue(acc[r][j], bs, act), (size_t)(row0 + r) * N + col, C);                \
+            }                                                                                                      \
+        }                                                                                                          \
+    }
+
+/* All M rows in one packet so B streams once: 1 x 256, 2 x 192, 4 x 96 columns (16-24 accumulators each). */
+KN_PACKET_KERNEL(gemm_fp16_kn_w1, 1, KN_W1_NJ)
+KN_PACKET_KERNEL(gemm_fp16_kn_w2, 2, KN_W2_NJ)
+KN_PACKET_KERNEL(gemm_fp16_kn_w4, 4, KN_W4_NJ)
+
+/* kn (M > 4), cache-blocked, same packet shape: one packet owns KN_RB x KN_RM rows x 16 KN_NJ columns. Per chunk of
+ * KN_KB k it converts the B chunk (KN_KB x 64) and the A chunk to fp32 in local memory, then runs each KN_RM-row
+ * sub-block's KN_RM x 64 register tile over the chunk (fp32 loads and broadcasts only, no conversion in the k loop),
+ * parking accumulators in local memory between chunks (131 KB of local memory at 22 x 6 rows, KB = 128; the CPU
+ * device has 256 KB). Why: B's rows are N halves apart, so a 64-column strip of B sits at one page offset in every
+ * row and falls into a handful of cache sets, thrashing L1/L2 however small it is (measured: the strided kernel ran
+ * no faster with B resident in L3 than streamed from DRAM); the local copy is contiguous, so a chunk is read once and
+ * reused from L1 by every sub-block. */
+XE2RT_REQD_SUB_GROUP_SIZE(16)
 __kernel void gemm_fp16_kn(__global const half* A, __global const half* B, __global const half* bias, __global half* C,
                            int M, int N, int K, int has_bias, int act)
 {
-    const int col0 = get_global_id(1) * 16;
-    const int row0 = get_global_id(0) * RM;
-    if (col0 >= N || row0 >= M)
-        return;
-    __global const half* a_rows[RM];
-    for (int r = 0; r < RM; ++r)
-        a_rows[r] = A + (size_t)min(row0 + r, M - 1) * K;
-    float8 lo[RM], hi[RM];
-    for (int r = 0; r < RM; ++r)
-        lo[r] = hi[r] = 0.0f;
-    const int cols = min(16, N - col0);
-    const int octets = K / 8;
-    __global const half* b = B + col0;
-    if (cols == 16) {
-        /* A comes in 8 K values per row at a time, each broadcast against one 16-wide row of B. */
-        for (int o = 0; o < octets; ++o, b += 8 * (size_t)N) {
-            float8 av[RM];
-            for (int r = 0; r < RM; ++r)
-                av[r] = vload_half8(o, a_rows[r]);
-            for (int j = 0; j < 8; ++j) {
-                const float8 b0 = vload_half8(0, b + j * (size_t)N);
-                const float8 b1 = vload_half8(1, b + j * (size_t)N);
-                for (int r = 0; r < RM; ++r) {
-                    const float a = ((const float*)&av[r])[j];
-                    lo[r] = fma((float8)a, b0, lo[r]);
-                    hi[r] = fma((float8)a, b1, hi[r]);
-                }
+    __local float b_st[KN_KB * 16 * KN_NJ];
+    __local float a_st[KN_RB * KN_RM * KN_KB];
+    __local float acc_st[KN_RB * KN_RM * KN_NJ * 16];
+    const size_t lane = get_local_id(0);
+    const int row0 = get_group_id(0) * (KN_RB * KN_RM);
+    const int colb = get_group_id(1) * 16 * KN_NJ;
+    const int rows = M - row0 < KN_RB * KN_RM ? M - row0 : KN_RB * KN_RM;
+    const int rbs = (rows + KN_RM - 1) / KN_RM;
+    const bool full = colb + 16 * KN_NJ <= N;
+    for (int i = 0; i < KN_RB * KN_RM * KN_NJ; ++i)
+        (acc_st + i * 16)[lane] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += KN_KB) {
+        const int kn = K - k0 < KN_KB ? K - k0 : KN_KB;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (full) {
+            for (int k = 0; k < kn; ++k) {
+                __global const half* b = B + (size_t)(k0 + k) * N + colb;
+                _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j)
+                    (b_st + k * 16 * KN_NJ + j * 16)[lane] = (float)(b + j * 16)[lane];
+            }
+        } else {
+            for (int k = 0; k < kn; ++k) {
+                __global const half* b = B + (size_t)(k0 + k) * N + colb;
+                _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j)
+                    (b_st + k * 16 * KN_NJ + j * 16)[lane] =
+                        colb + (int)lane + j * 16 < N ? (float)(b + j * 16)[lane] : 0.0f;
             }
         }
-    }
-    /* K tail, and every K row of an edge tile (fewer than 16 columns left). */
-    for (int k = cols == 16 ? octets * 8 : 0; k < K; ++k) {
-        __global const half* bk = B + (size_t)k * N + col0;
-        float bv[16];
-        for (int c = 0; c < 16; ++c)
-            bv[c] = c < cols ? vload_half(c, bk) : 0.0f;
-        const float8 b0 = vload8(0, bv);
-        const float8 b1 = vload8(1, bv);
-        for (int r = 0; r < RM; ++r) {
-            const float a = vload_half(k, a_rows[r]);
-            lo[r] = fma((float8)a, b0, lo[r]);
-            hi[r] = fma((float8)a, b1, hi[r]);
+        for (int r = 0; r < rbs * KN_RM; ++r) {
+            __global const half* ar = A + (size_t)(r < rows ? row0 + r : M - 1) * K + k0;
+            for (int i = 0; i < kn; i += 16)
+                if (i + (int)lane < kn)
+                    (a_st + r * KN_KB + i)[lane] = (float)(ar + i)[lane];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int rb = 0; rb < rbs; ++rb) {
+            __local float* as = a_st + rb * KN_RM * KN_KB;
+            __local float* cs = acc_st + rb * KN_RM * KN_NJ * 16;
+            float acc[KN_RM][KN_NJ];
+            _Pragma("unroll") for (int r = 0; r < KN_RM; ++r) _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j)
+                acc[r][j] = (cs + (r * KN_NJ + j) * 16)[lane];
+            for (int k = 0; k < kn; ++k) {
+                float bv[KN_NJ];
+                _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j) bv[j] = (b_st + k * 16 * KN_NJ + j * 16)[lane];
+                _Pragma("unroll") for (int r = 0; r < KN_RM; ++r) {
+                    const float a = as[r * KN_KB + k];
+                    _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j) acc[r][j] = fma(a, bv[j], acc[r][j]);
+                }
+            }
+            _Pragma("unroll") for (int r = 0; r < KN_RM; ++r) _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j)
+                (cs + (r * KN_NJ + j) * 16)[lane] = acc[r][j];
         }
     }
-    for (int r = 0; r < RM && row0 + r < M; ++r) {
-        float v[16];
-        vstore8(lo[r], 0, v);
-        vstore8(hi[r], 1, v);
-        store_row(C, N, row0 + r, col0, cols, v, bias, has_bias, act);
-    }
-}
-
-/* kn for a few rows (decode-like M): one row x 64 columns per work-item, so every K row of B is read as two whole
- * 64-byte lines and B streams once per row of A; dispatch along N. */
-__kernel void gemm_fp16_kn_wide(__global const half* A, __global const half* B, __global const half* bias,
-                                __global half* C, int M, int N, int K, int has_bias, int act)
-{
-    const int col0 = get_global_id(0) * 64;
-    const int row = get_global_id(1);
-    if (col0 >= N || row >= M)
-        return;
-    __global const half* a_row = A + (size_t)row * K;
-    float8 acc[8];
-    for (int j = 0; j < 8; ++j)
-        acc[j] = 0.0f;
-    const int cols = min(64, N - col0);
-    int k = 0;
-    if (cols == 64) {
-        __global const half* b = B + col0;
-        for (; k < K; ++k, b += N) {
-            const float a = vload_half(k, a_row);
-            for (int j = 0; j < 8; ++j)
-                acc[j] = fma((float8)a, vload_half8(j, b), acc[j]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    _Pragma("unroll") for (int j = 0; j < KN_NJ; ++j) {
+        const int col = colb + (int)lane + j * 16;
+        if (col < N) {
+            const float bs = has_bias ? vload_half(col, bias) : 0.0f;
+            for (int r = 0; r < rows; ++r)
+                vstore_half_rte(epilogue((acc_st + (r * KN_NJ + j) * 16)[lane], bs, act), (size_t)(row0 + r) * N + col,
+                                C);
         }
     }
-    for (; k < K; ++k) { /* edge strip: fewer than 64 columns left */
-        __global const half* bk = B + (size_t)k * N + col0;
-        const float a = vload_half(k, a_row);
-        float bv[64];
-        for (int c = 0; c < 64; ++c)
-            bv[c] = c < cols ? vload_half(c, bk) : 0.0f;
-        for (int j = 0; j < 8; ++j)
-            acc[j] = fma((float8)a, vload8(j, bv), acc[j]);
-    }
-    float v[64];
-    for (int j = 0; j < 8; ++j)
-        vstore8(acc[j], j, v);
-    store_row(C, N, row, col0, cols, v, bias, has_bias, act);
 }
 
 __kernel void gemm_fp16_nk(__global const half* A, __global const half* B, __global const half* bias, __global half* C,

@@ -53,6 +53,20 @@ def test_grid_cpu_kernels(queue, rng, m, n, k, b_layout):
     check_all_epilogues(queue, a, b, bias, b_layout, target="cpu")
 
 
+@pytest.mark.parametrize("m, n, k", [(9, 77, 1100), (130, 200, 1537), (5, 300, 2049)])
+def test_cpu_kn_k_chunks(queue, rng, m, n, k):
+    """The CPU kn kernel stages A in K chunks (KN_KC): several chunks plus a ragged last one, with M and N edges."""
+    a, b, bias = make(rng, m, n, k, "kn")
+    check_all_epilogues(queue, a, b, bias, "kn", target="cpu")
+
+
+@pytest.mark.parametrize("m, n, k", [(2, 300, 1000), (4, 77, 130), (3, 1000, 64), (2, 5, 7)])
+def test_cpu_kn_few_rows(queue, rng, m, n, k):
+    """M <= 4 takes the 1-, 2- or 4-row packet kernels (rows past M clamped): full and edge column strips."""
+    a, b, bias = make(rng, m, n, k, "kn")
+    check_all_epilogues(queue, a, b, bias, "kn", target="cpu")
+
+
 # The Xe2-shaped kernels (tiles m8/m16/m32, block-read and bounds-checked steps, K slices, both layouts) with software
 # DPAS, through each target's binary and tile constants. Shapes: tails in M, N, K; unaligned rows (K or N odd);
 # M = 1 and a wide N (K slices engage); one real-model shape per target.

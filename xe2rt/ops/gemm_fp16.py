@@ -10,8 +10,10 @@ into `slices` ranges (dimension 2 of the work-group) whose partial tiles meet in
     SLM    = (slices - 1) * SGS_M * tile_m * SGS_N * SG_N floats
 Geometry, CPU shape: one work-item per register tile:
     nk      RM x RN   global = (ceil(N / RN) rounded up to the local size, ceil(M / RM)), local = (<= 32, 1)
-    kn      RM x 16   global = (ceil(M / RM) rounded up to the local size, ceil(N / 16)), local = (<= 8, 1)
-    kn_wide 1 x 64    (M <= KN_WIDE_MAX_M) global = (ceil(N / 64) rounded up, M), local = (<= 32, 1)
+    kn      (KN_RB x KN_RM) x 16 KN_NJ per work-group of 16 (one AVX-512 packet, a lane per column), K in KN_KB
+            chunks staged in local memory: global = (ceil(M / (KN_RB KN_RM)) * 16, ceil(N / (16 KN_NJ))), local = (16, 1)
+    kn_wR   M <= KN_WIDE_MAX_M: all R = 1, 2 or 4 (>= M) rows x 16 KN_WR_NJ columns per packet, B streamed once:
+            global = (16, ceil(N / (16 KN_WR_NJ))), local = (16, 1)
 
 Variants: `variant="native"` (default) is the real thing per target: DPAS on bmg/lnl, the CPU-tuned kernels on cpu.
 `variant="xe2emu"` runs the Xe2-shaped kernels with the DPAS built-in replaced by its software version from the
@@ -36,9 +38,10 @@ DPAS_K = 16
 MIN_STEPS_PER_SLICE = 4  # a K slice shorter than 4 DPAS steps costs more in SLM traffic than it gains
 MAX_SUBGROUPS_PER_GROUP = 32  # 512 work-items
 MAX_SLM_BYTES = 64 * 1024  # Xe2 work-group SLM limit
-# Work-items per group along N on the CPU device (measured on 2 Zen 3 cores: 8 suits kn, 32 suits nk).
-CPU_LOCAL_N = {"kn": 8, "nk": 32}
-KN_WIDE_MAX_M = 4  # kn with at most this many rows: one row x 64 columns per work-item, B streamed along N
+# Work-items per group along N for nk on the CPU device (measured on 2 cores: 32).
+CPU_LOCAL_N = {"nk": 32}
+KN_PACKET = 16  # work-items per group for kn: one AVX-512 packet (the kernels require sub-group size 16)
+KN_WIDE_MAX_M = 4  # kn with at most this many rows: one packet holds them all (kn_w1/w2/w4), no staging
 # Row/column indices are 32-bit ints in the kernels (element offsets are 64-bit); tiles reach 256 past an edge.
 MAX_DIM = 2**31 - 1 - 256
 
@@ -70,15 +73,15 @@ def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> di
 
 
 def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
-    if b_layout == "kn" and m <= KN_WIDE_MAX_M:
-        items_n = ceil_div(n, 64)
-        local_n = min(CPU_LOCAL_N["nk"], items_n)
-        return {"kernel": "kn_wide", "local": (local_n, 1), "global": (ceil_div(items_n, local_n) * local_n, m)}
     if b_layout == "kn":
-        items_m = ceil_div(m, constants["RM"])
-        local_m = min(CPU_LOCAL_N[b_layout], items_m)
-        return {"kernel": "kn", "local": (local_m, 1),
-                "global": (ceil_div(items_m, local_m) * local_m, ceil_div(n, 16))}
+        # One 16-lane packet per work-group; group dim 0 walks row blocks so consecutive groups share a B strip.
+        if m <= KN_WIDE_MAX_M:
+            rows = next(r for r in (1, 2, 4) if m <= r)
+            kernel, rm, nj = f"kn_w{rows}", rows, constants[f"KN_W{rows}_NJ"]
+        else:
+            kernel, rm, nj = "kn", constants["KN_RB"] * constants["KN_RM"], constants["KN_NJ"]
+        return {"kernel": kernel, "local": (KN_PACKET, 1),
+                "global": (ceil_div(m, rm) * KN_PACKET, ceil_div(n, KN_PACKET * nj))}
     items_n = ceil_div(n, constants["RN"])
     local_n = min(CPU_LOCAL_N[b_layout], items_n)
     return {"kernel": "nk", "local": (local_n, 1),
