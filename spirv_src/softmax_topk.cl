@@ -218,7 +218,7 @@ static inline int packed_half(ushort h, int i)
     return (int)(((uint)key << 16) | (uint)(0xffff - i));
 }
 
-#define CPU_STATE_f16(KSLOTS) \
+#define CPU_STATE_f16(NN, KSLOTS) \
     int s[KSLOTS];            \
     _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) s[j] = INT_MIN;
 
@@ -228,13 +228,8 @@ static inline int packed_half(ushort h, int i)
         _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) { const int hi = max(s[j], cur); cur = min(s[j], cur); s[j] = hi; } \
     }
 
-#define CPU_INDEX_f16(j) (0xffff - (s[j] & 0xffff))
-
-#define CPU_STATE_f32(KSLOTS) \
-    int keys[KSLOTS], idx[KSLOTS]; \
-    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) { keys[j] = INT_MIN; idx[j] = 0; }
-
-#define CPU_PUSH_f32(KSLOTS, v, i)                                                                               \
+/* f32, exact two-list insertion: the fallback of the packed path below. */
+#define CPU_EXACT_PUSH_f32(KSLOTS, v, i)                                                                         \
     {                                                                                                              \
         const int kx = order_key(v);                                                                               \
         _Pragma("unroll") for (int j = (KSLOTS) - 1; j > 0; --j) {                                                 \
@@ -247,14 +242,56 @@ static inline int packed_half(ushort h, int i)
         keys[0] = max(kx, keys[0]);                                                                                \
     }
 
-#define CPU_INDEX_f32(j) (idx[j])
+/* f32, packed: the 32-bit order key with its low IB bits replaced by IMASK - index (IB = bits of n - 1) is one int
+ * per slot, ordered like f16's, so each slot again costs one max and one min. Truncation is monotonic, so the kept
+ * set is exact whenever the (k+1)-th truncated key is below the k-th (everything outside is then strictly below
+ * everything inside); otherwise the row is rescanned with the exact lists (rare: two distinct logits sharing all
+ * but the low IB key bits at the boundary). The order inside the kept set is then fixed on the full keys. */
+#define CPU_STATE_f32(NN, KSLOTS)                                                                                    \
+    const int ib = ((NN) > 1) ? 32 - clz((NN) - 1) : 0;                                                            \
+    const int imask = (1 << ib) - 1;                                                                               \
+    int s[(KSLOTS) + 1];                                                                                           \
+    _Pragma("unroll") for (int j = 0; j <= (KSLOTS); ++j) s[j] = INT_MIN;
+
+#define CPU_PUSH_f32(KSLOTS, v, i)                                                                               \
+    {                                                                                                              \
+        int cur = (order_key(v) & ~imask) | (imask - (i));                                                         \
+        _Pragma("unroll") for (int j = 0; j <= (KSLOTS); ++j) { const int hi = max(s[j], cur); cur = min(s[j], cur); s[j] = hi; } \
+    }
+
+#define CPU_TOP_f32(T, NN, KK, KSLOTS)                                                                             \
+    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = imask - (s[j] & imask);                          \
+    int kth = 0, next = 0;                                                                                         \
+    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) {                                                         \
+        kth = (j == (KK) - 1) ? s[j] : kth;                                                                        \
+        next = (j == (KK) - 1) ? s[j + 1] : next;                                                                  \
+    }                                                                                                              \
+    if ((next & ~imask) == (kth & ~imask)) {                                                                       \
+        int keys[KSLOTS], idx[KSLOTS];                                                                             \
+        _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) { keys[j] = INT_MIN; idx[j] = 0; }                    \
+        for (int i = 0; i < (NN); ++i)                                                                             \
+            CPU_EXACT_PUSH_f32(KSLOTS, xr[i], i)                                                                   \
+        _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = idx[j];                                      \
+    }                                                                                                              \
+    {   /* insertion on (full key, lower index first) packed in a long; slots past k sink below every real one */ \
+        long t[KSLOTS];                                                                                            \
+        _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) {                                                     \
+            long cur = (j < (KK)) ? (((long)order_key(xr[top[j]]) << 32) | (long)(INT_MAX - top[j])) : LONG_MIN;   \
+            _Pragma("unroll") for (int q = 0; q < j; ++q) { const long hi = max(t[q], cur); cur = min(t[q], cur); t[q] = hi; } \
+            t[j] = cur;                                                                                            \
+        }                                                                                                          \
+        _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = INT_MAX - (int)(t[j] & INT_MAX);             \
+    }
+
+#define CPU_TOP_f16(T, NN, KK, KSLOTS) \
+    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = 0xffff - (s[j] & 0xffff);
 
 #define ROUTING_BODY_CPU(T, TN, NN, KK, KSLOTS)                                                                    \
     const long row = get_global_id(0);                                                                             \
     if (row >= rows)                                                                                               \
         return;                                                                                                    \
     __global const T* xr = x + row * (long)(NN);                                                                   \
-    CPU_STATE_##TN(KSLOTS)                                                                                         \
+    CPU_STATE_##TN(NN, KSLOTS)                                                                                    \
     const int octets = (NN) / 8;                                                                                   \
     for (int o = 0; o < octets; ++o) {                                                                             \
         const T##8 v8 = vload8(o, xr);                                                                             \
@@ -266,7 +303,7 @@ static inline int packed_half(ushort h, int i)
     __global T* vr = values + row * (KK);                                                                          \
     __global int* ir = indices + row * (KK);                                                                       \
     int top[KSLOTS];                                                                                               \
-    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = CPU_INDEX_##TN(j);                               \
+    CPU_TOP_##TN(T, NN, KK, KSLOTS)                                                                                \
     if (mode == MODE_TOPK) {                                                                                       \
         _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) if (j < (KK)) { vr[j] = xr[top[j]]; ir[j] = top[j]; } \
         return;                                                                                                    \
