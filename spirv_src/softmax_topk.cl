@@ -266,14 +266,16 @@ static inline int packed_half(ushort h, int i)
         kth = (j == (KK) - 1) ? s[j] : kth;                                                                        \
         next = (j == (KK) - 1) ? s[j + 1] : next;                                                                  \
     }                                                                                                              \
+    bool tied = false; /* kept neighbours sharing a truncated key: only their full keys order them */              \
+    _Pragma("unroll") for (int j = 1; j < (KSLOTS); ++j) tied |= j < (KK) && ((s[j] ^ s[j - 1]) & ~imask) == 0;     \
     if ((next & ~imask) == (kth & ~imask)) {                                                                       \
         int keys[KSLOTS], idx[KSLOTS];                                                                             \
         _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) { keys[j] = INT_MIN; idx[j] = 0; }                    \
         for (int i = 0; i < (NN); ++i)                                                                             \
             CPU_EXACT_PUSH_f32(KSLOTS, xr[i], i)                                                                   \
         _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = idx[j];                                      \
-    }                                                                                                              \
-    {   /* insertion on (full key, lower index first) packed in a long; slots past k sink below every real one */ \
+    } else if (tied) {                                                                                             \
+        /* insertion on (full key, lower index first) packed in a long; slots past k sink below every real one */  \
         long t[KSLOTS];                                                                                            \
         _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) {                                                     \
             long cur = (j < (KK)) ? (((long)order_key(xr[top[j]]) << 32) | (long)(INT_MAX - top[j])) : LONG_MIN;   \
@@ -283,23 +285,79 @@ static inline int packed_half(ushort h, int i)
         _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = INT_MAX - (int)(t[j] & INT_MAX);             \
     }
 
+/* f32 rows of a multiple of 16 values (compile-time N), selected along the row: the row as N / 16 int16 vectors of
+ * packed keys (contiguous vload16, no cross-row gather), then one round per slot: vector max, horizontal max (the
+ * packed key is unique, so it names its element), clear that element. The CPU runtime runs this shape one work-item
+ * per vector unit instead of packetizing work-items, so every load streams along the row. Fills the same
+ * s[0..KSLOTS] as the streaming insertion (exactness handled by CPU_TOP_f32). */
+#define CPU_ROWVEC_MAX_f32 256
+#define CPU_ROWVEC_MAX_f16 0
+
+static inline int16 order_key16(float16 f)
+{
+    const int16 b = select(as_int16(f), (int16)0, f == 0.0f);
+    return select(b ^ ((b >> 31) & 0x7fffffff), (int16)INT_MAX, isnan(f));
+}
+
+static inline int hmax16(int16 v)
+{
+    const int8 a = max(v.lo, v.hi);
+    const int4 b = max(a.lo, a.hi);
+    const int2 c = max(b.lo, b.hi);
+    return max(c.x, c.y);
+}
+
+#define CPU_ROWVEC_f32(NN, KSLOTS)                                                                                 \
+    {                                                                                                              \
+        const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);                          \
+        int16 v[CPU_ROWVEC_MAX_f32 / 16]; /* a constant size: the branch is dead code for other N and the generic n */ \
+        _Pragma("unroll") for (int j = 0; j < (NN) / 16; ++j)                                                      \
+            v[j] = (order_key16(vload16(j, xr)) & ~imask) | (imask - (lane + 16 * j));                             \
+        if ((NN) == 128) { /* sort each column (Batcher, 19 exchanges), then pop the best head k + 1 times */       \
+            CE16(0, 1) CE16(2, 3) CE16(4, 5) CE16(6, 7) CE16(0, 2) CE16(1, 3) CE16(4, 6) CE16(5, 7) CE16(1, 2)       \
+            CE16(5, 6) CE16(0, 4) CE16(1, 5) CE16(2, 6) CE16(3, 7) CE16(2, 4) CE16(3, 5) CE16(1, 2) CE16(3, 4)       \
+            CE16(5, 6)                                                                                             \
+            _Pragma("unroll") for (int r = 0; r <= (KSLOTS); ++r) {                                                \
+                s[r] = hmax16(v[0]);                                                                               \
+                const int16 won = v[0] == s[r];                                                                    \
+                _Pragma("unroll") for (int j = 0; j < 7; ++j) v[j] = select(v[j], v[j + 1], won);                  \
+                v[7] = select(v[7], (int16)INT_MIN, won);                                                          \
+            }                                                                                                      \
+        } else {                                                                                                   \
+            _Pragma("unroll") for (int r = 0; r <= (KSLOTS); ++r) {                                                \
+                int16 m = v[0];                                                                                    \
+                _Pragma("unroll") for (int j = 1; j < (NN) / 16; ++j) m = max(m, v[j]);                            \
+                s[r] = hmax16(m);                                                                                  \
+                _Pragma("unroll") for (int j = 0; j < (NN) / 16; ++j) v[j] = select(v[j], (int16)INT_MIN, v[j] == s[r]); \
+            }                                                                                                      \
+        }                                                                                                          \
+    }
+
+#define CE16(a, b) { const int16 hi = max(v[a], v[b]); v[b] = min(v[a], v[b]); v[a] = hi; }
+
+#define CPU_ROWVEC_f16(NN, KSLOTS) /* f16 always streams */
+
 #define CPU_TOP_f16(T, NN, KK, KSLOTS) \
     _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = 0xffff - (s[j] & 0xffff);
 
-#define ROUTING_BODY_CPU(T, TN, NN, KK, KSLOTS)                                                                    \
+#define ROUTING_BODY_CPU(T, TN, NN, KK, KSLOTS, ROWVEC)                                                                  \
     const long row = get_global_id(0);                                                                             \
     if (row >= rows)                                                                                               \
         return;                                                                                                    \
     __global const T* xr = x + row * (long)(NN);                                                                   \
     CPU_STATE_##TN(NN, KSLOTS)                                                                                    \
     const int octets = (NN) / 8;                                                                                   \
-    for (int o = 0; o < octets; ++o) {                                                                             \
-        const T##8 v8 = vload8(o, xr);                                                                             \
-        const T vv[8] = {v8.s0, v8.s1, v8.s2, v8.s3, v8.s4, v8.s5, v8.s6, v8.s7};                                  \
-        _Pragma("unroll") for (int u = 0; u < 8; ++u) CPU_PUSH_##TN(KSLOTS, vv[u], o * 8 + u)                      \
+    if (ROWVEC) {                                                                                                  \
+        CPU_ROWVEC_##TN(NN, KSLOTS)                                                                                \
+    } else {                                                                                                       \
+        for (int o = 0; o < octets; ++o) {                                                                         \
+            const T##8 v8 = vload8(o, xr);                                                                         \
+            const T vv[8] = {v8.s0, v8.s1, v8.s2, v8.s3, v8.s4, v8.s5, v8.s6, v8.s7};                              \
+            _Pragma("unroll") for (int u = 0; u < 8; ++u) CPU_PUSH_##TN(KSLOTS, vv[u], o * 8 + u)                  \
+        }                                                                                                          \
+        for (int i = octets * 8; i < (NN); ++i)                                                                    \
+            CPU_PUSH_##TN(KSLOTS, xr[i], i)                                                                        \
     }                                                                                                              \
-    for (int i = octets * 8; i < (NN); ++i)                                                                        \
-        CPU_PUSH_##TN(KSLOTS, xr[i], i)                                                                            \
     __global T* vr = values + row * (KK);                                                                          \
     __global int* ir = indices + row * (KK);                                                                       \
     int top[KSLOTS];                                                                                               \
@@ -309,11 +367,22 @@ static inline int packed_half(ushort h, int i)
         return;                                                                                                    \
     }                                                                                                              \
     const float m = (float)xr[top[0]]; /* the row maximum, or NaN when the row has one */                         \
-    float e[KSLOTS];                                                                                               \
+    float e[CPU_EXP_SLOTS(KSLOTS, ROWVEC)];                                                                      \
     float denom = 0.0f;                                                                                            \
-    _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) {                                                         \
-        e[j] = (j < (KK)) ? shifted_exp((float)xr[top[j]], m) : 0.0f;                                               \
-        denom += e[j];                                                                                             \
+    if (ROWVEC) { /* one vector exp: this shape runs one work-item per vector unit, a scalar exp per slot costs */ \
+        _Pragma("unroll") for (int j = 0; j < 16; ++j) e[j] = (j < (KK)) ? (float)xr[top[j < (KK) ? j : 0]] : m;  \
+        const float16 xv = vload16(0, e);                                                                          \
+        const float16 ev = select(select(exp(xv - m), (float16)1.0f, xv == m), (float16)0.0f,                      \
+                                  (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) >= (KK));          \
+        vstore16(ev, 0, e);                                                                                        \
+        const float8 e8 = ev.lo + ev.hi;                                                                           \
+        const float4 e4 = e8.lo + e8.hi;                                                                           \
+        denom = (e4.s0 + e4.s1) + (e4.s2 + e4.s3);                                                                 \
+    } else {                                                                                                       \
+        _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) {                                                     \
+            e[j] = (j < (KK)) ? shifted_exp((float)xr[top[j]], m) : 0.0f;                                           \
+            denom += e[j];                                                                                         \
+        }                                                                                                          \
     }                                                                                                              \
     if (mode == MODE_SOFTMAX) { /* second pass over the row, now in cache */                                       \
         float8 acc = 0.0f;                                                                                         \
@@ -329,11 +398,14 @@ static inline int packed_half(ushort h, int i)
     const float inv = 1.0f / denom;                                                                                \
     _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) if (j < (KK)) { vr[j] = (T)(e[j] * inv); ir[j] = top[j]; }
 
+#define CPU_EXP_SLOTS(KSLOTS, ROWVEC) ((ROWVEC) ? 16 : (KSLOTS))
+#define CPU_ROWVEC_OK(TN, N) (CPU_ROWVEC_MAX_##TN > 0 && (N) % 16 == 0 && (N) <= CPU_ROWVEC_MAX_##TN)
+
 #define DEFINE_CPU(T, TN, N, K, W)                                                                                 \
     __kernel void softmax_topk_##TN##_n##N##_k##K##_w##W(__global const T* x, __global T* values,                 \
                                                          __global int* indices, long rows, int n, int k, int mode) \
     {                                                                                                              \
-        ROUTING_BODY_CPU(T, TN, N, K, K)                                                                           \
+        ROUTING_BODY_CPU(T, TN, N, K, K, CPU_ROWVEC_OK(TN, N))                                                                   \
     }
 
 #define DEFINE_CPU_BOTH(N, K, W) DEFINE_CPU(half, f16, N, K, W) DEFINE_CPU(float, f32, N, K, W)
@@ -344,7 +416,7 @@ ROUTING_VARIANTS(DEFINE_CPU_BOTH)
     __kernel void softmax_topk_##TN##_any(__global const T* x, __global T* values, __global int* indices,          \
                                           long rows, int n, int k, int mode)                                       \
     {                                                                                                              \
-        ROUTING_BODY_CPU(T, TN, n, k, K_MAX)                                                                       \
+        ROUTING_BODY_CPU(T, TN, n, k, K_MAX, 0)                                                                   \
     }
 
 DEFINE_CPU_ANY(half, f16)
