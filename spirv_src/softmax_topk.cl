@@ -291,7 +291,7 @@ static inline int packed_half(ushort h, int i)
  * per vector unit instead of packetizing work-items, so every load streams along the row. Fills the same
  * s[0..KSLOTS] as the streaming insertion (exactness handled by CPU_TOP_f32). */
 #define CPU_ROWVEC_MAX_f32 256
-#define CPU_ROWVEC_MAX_f16 0
+#define CPU_ROWVEC_MAX_f16 256
 
 static inline int16 order_key16(float16 f)
 {
@@ -307,24 +307,31 @@ static inline int hmax16(int16 v)
     return max(c.x, c.y);
 }
 
-#define CPU_ROWVEC_f32(NN, KSLOTS)                                                                                 \
+#define CPU_ROWVEC(TN, NN, KSLOTS)                                                                                  \
     {                                                                                                              \
         const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);                          \
         int16 v[CPU_ROWVEC_MAX_f32 / 16]; /* a constant size: the branch is dead code for other N and the generic n */ \
         _Pragma("unroll") for (int j = 0; j < (NN) / 16; ++j)                                                      \
-            v[j] = (order_key16(vload16(j, xr)) & ~imask) | (imask - (lane + 16 * j));                             \
-        if ((NN) == 128) { /* sort each column (Batcher, 19 exchanges), then pop the best head k + 1 times */       \
-            CE16(0, 1) CE16(2, 3) CE16(4, 5) CE16(6, 7) CE16(0, 2) CE16(1, 3) CE16(4, 6) CE16(5, 7) CE16(1, 2)       \
-            CE16(5, 6) CE16(0, 4) CE16(1, 5) CE16(2, 6) CE16(3, 7) CE16(2, 4) CE16(3, 5) CE16(1, 2) CE16(3, 4)       \
-            CE16(5, 6)                                                                                             \
-            _Pragma("unroll") for (int r = 0; r <= (KSLOTS); ++r) {                                                \
+            v[j] = CPU_ROWKEYS_##TN(j);                                                                           \
+        if ((NN) == 32 || (NN) == 64 || (NN) == 128) {                                                             \
+            /* sort each column (Batcher networks: 1, 5, 19 exchanges), then pop the best head k + 1 times */       \
+            if ((NN) == 32) {                                                                                      \
+                CE16(0, 1)                                                                                         \
+            } else if ((NN) == 64) {                                                                               \
+                CE16(0, 1) CE16(2, 3) CE16(0, 2) CE16(1, 3) CE16(1, 2)                                             \
+            } else {                                                                                               \
+                CE16(0, 1) CE16(2, 3) CE16(4, 5) CE16(6, 7) CE16(0, 2) CE16(1, 3) CE16(4, 6) CE16(5, 7) CE16(1, 2)   \
+                CE16(5, 6) CE16(0, 4) CE16(1, 5) CE16(2, 6) CE16(3, 7) CE16(2, 4) CE16(3, 5) CE16(1, 2) CE16(3, 4)   \
+                CE16(5, 6)                                                                                         \
+            }                                                                                                      \
+            _Pragma("unroll") for (int r = 0; r < CPU_POPS_##TN(KSLOTS); ++r) {                                                \
                 s[r] = hmax16(v[0]);                                                                               \
                 const int16 won = v[0] == s[r];                                                                    \
-                _Pragma("unroll") for (int j = 0; j < 7; ++j) v[j] = select(v[j], v[j + 1], won);                  \
-                v[7] = select(v[7], (int16)INT_MIN, won);                                                          \
+                _Pragma("unroll") for (int j = 0; j < (NN) / 16 - 1; ++j) v[j] = select(v[j], v[j + 1], won);      \
+                v[(NN) / 16 - 1] = select(v[(NN) / 16 - 1], (int16)INT_MIN, won);                                  \
             }                                                                                                      \
         } else {                                                                                                   \
-            _Pragma("unroll") for (int r = 0; r <= (KSLOTS); ++r) {                                                \
+            _Pragma("unroll") for (int r = 0; r < CPU_POPS_##TN(KSLOTS); ++r) {                                                \
                 int16 m = v[0];                                                                                    \
                 _Pragma("unroll") for (int j = 1; j < (NN) / 16; ++j) m = max(m, v[j]);                            \
                 s[r] = hmax16(m);                                                                                  \
@@ -335,7 +342,20 @@ static inline int hmax16(int16 v)
 
 #define CE16(a, b) { const int16 hi = max(v[a], v[b]); v[b] = min(v[a], v[b]); v[a] = hi; }
 
-#define CPU_ROWVEC_f16(NN, KSLOTS) /* f16 always streams */
+/* f16: the exact packed key of CPU_PUSH_f16, 16 at a time (pops: k; f32 pops k + 1 for its boundary check). */
+static inline int16 packed_half16(ushort16 h, int16 i)
+{
+    const int16 b = convert_int16(as_short16(h));
+    const int16 mag = convert_int16(h & (ushort)0x7fff);
+    int16 key = select(b ^ ((b >> 15) & 0x7fff), (int16)0, mag == 0);
+    key = select(key, (int16)0x7fff, mag > 0x7c00);
+    return as_int16((as_uint16(key) << 16) | as_uint16(0xffff - i));
+}
+
+#define CPU_ROWKEYS_f32(j) ((order_key16(vload16((j), xr)) & ~imask) | (imask - (lane + 16 * (j))))
+#define CPU_ROWKEYS_f16(j) packed_half16(vload16((j), (__global const ushort*)xr), lane + 16 * (j))
+#define CPU_POPS_f32(KSLOTS) ((KSLOTS) + 1)
+#define CPU_POPS_f16(KSLOTS) (KSLOTS)
 
 #define CPU_TOP_f16(T, NN, KK, KSLOTS) \
     _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = 0xffff - (s[j] & 0xffff);
@@ -348,7 +368,7 @@ static inline int hmax16(int16 v)
     CPU_STATE_##TN(NN, KSLOTS)                                                                                    \
     const int octets = (NN) / 8;                                                                                   \
     if (ROWVEC) {                                                                                                  \
-        CPU_ROWVEC_##TN(NN, KSLOTS)                                                                                \
+        CPU_ROWVEC(TN, NN, KSLOTS)                                                                                 \
     } else {                                                                                                       \
         for (int o = 0; o < octets; ++o) {                                                                         \
             const T##8 v8 = vload8(o, xr);                                                                         \
