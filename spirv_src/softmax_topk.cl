@@ -389,7 +389,15 @@ static inline int16 packed_half16(ushort16 h, int16 i)
     const float m = (float)xr[top[0]]; /* the row maximum, or NaN when the row has one */                         \
     float e[CPU_EXP_SLOTS(KSLOTS, ROWVEC)];                                                                      \
     float denom = 0.0f;                                                                                            \
-    if (ROWVEC) { /* one vector exp: this shape runs one work-item per vector unit, a scalar exp per slot costs */ \
+    if (ROWVEC && (KK) <= 8) { /* one vector exp: this shape runs one work-item per vector unit */              \
+        const float8 xv = (float8)(CPU_KEPT(0, KK), CPU_KEPT(1, KK), CPU_KEPT(2, KK), CPU_KEPT(3, KK),            \
+                                   CPU_KEPT(4, KK), CPU_KEPT(5, KK), CPU_KEPT(6, KK), CPU_KEPT(7, KK));           \
+        const float8 ev = select(select(exp(xv - m), (float8)1.0f, xv == m), (float8)0.0f,                         \
+                                 (int8)(0, 1, 2, 3, 4, 5, 6, 7) >= (KK));                                          \
+        vstore8(ev, 0, e);                                                                                         \
+        const float4 e4 = ev.lo + ev.hi;                                                                           \
+        denom = (e4.s0 + e4.s1) + (e4.s2 + e4.s3);                                                                 \
+    } else if (ROWVEC) {                                                                                           \
         _Pragma("unroll") for (int j = 0; j < 16; ++j) e[j] = (j < (KK)) ? (float)xr[top[j < (KK) ? j : 0]] : m;  \
         const float16 xv = vload16(0, e);                                                                          \
         const float16 ev = select(select(exp(xv - m), (float16)1.0f, xv == m), (float16)0.0f,                      \
@@ -416,8 +424,16 @@ static inline int16 packed_half16(ushort16 h, int16 i)
             denom += shifted_exp((float)xr[i], m);                                                                 \
     }                                                                                                              \
     const float inv = 1.0f / denom;                                                                                \
+    if (ROWVEC && (KK) == 8) { /* one vector store each for the 8 values and the 8 indices (vstore8: element alignment) */ \
+        vstore8(convert_##T##8(vload8(0, e) * inv), 0, vr);                                                        \
+        vstore8((int8)(top[0], top[1 % (KK)], top[2 % (KK)], top[3 % (KK)], top[4 % (KK)], top[5 % (KK)],          \
+                       top[6 % (KK)], top[7 % (KK)]), 0, ir);                                                      \
+        return;                                                                                                    \
+    }                                                                                                              \
     _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) if (j < (KK)) { vr[j] = (T)(e[j] * inv); ir[j] = top[j]; }
 
+/* kept value j as float, or m past k (masked out after the exp) */
+#define CPU_KEPT(j, KK) ((j) < (KK) ? (float)xr[top[(j) < (KK) ? (j) : 0]] : m)
 #define CPU_EXP_SLOTS(KSLOTS, ROWVEC) ((ROWVEC) ? 16 : (KSLOTS))
 #define CPU_ROWVEC_OK(TN, N) (CPU_ROWVEC_MAX_##TN > 0 && (N) % 16 == 0 && (N) <= CPU_ROWVEC_MAX_##TN)
 
