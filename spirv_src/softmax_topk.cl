@@ -287,15 +287,16 @@ static inline int packed_half(ushort h, int i)
         _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = INT_MAX - (int)(t[j] & INT_MAX);             \
     }
 
-/* Rows of a multiple of 16 values <= 256 (compile-time N), selected along the row: the row as N / 16 int16 vectors of
- * packed keys (contiguous vload16, no cross-row gather). N = 32, 64, 128: each of the 16 columns sorted by a Batcher
- * network, then the best column head popped once per slot (hmax; the packed key is unique, so it names its element).
- * N = 16, 160, 256: one round per slot of vector max, horizontal max, clear that element. The CPU runtime runs this
+/* f32 rows of a multiple of 16 values, 64 <= N <= 256 (compile-time N), selected along the row: the row as N / 16 int16
+ * vectors of packed keys (contiguous vload16, no cross-row gather). N = 64, 128: each of the 16 columns sorted by a
+ * Batcher network, then the best column head popped once per slot (hmax; the packed key is unique, so it names its
+ * element). Other N: one round per slot of vector max, horizontal max, clear that element. Below N = 64 streaming
+ * measured faster (N = 16: 0.59 vs 0.85 ms, N = 32: 1.46 vs 1.58 ms at 32768 rows). The CPU runtime runs this
  * shape one work-item per vector unit (kernel sub-group size 64) instead of packetizing 16 work-items, so every load
  * streams along the row. Fills the same s[] as the streaming insertion (f32: k + 1 entries, exactness handled by
- * CPU_TOP_f32). 32768 x 128 k8 fp32 went from 2.4 ms (streaming, packed) to 1.9 ms; fp16 selection about even. */
+ * CPU_TOP_f32). 32768 x 128 k8 fp32 went from 2.4 ms (streaming, packed) to 1.9 ms. */
 #define CPU_ROWVEC_MAX_f32 256
-#define CPU_ROWVEC_MAX_f16 256
+#define CPU_ROWVEC_MAX_f16 0
 
 static inline int16 order_key16(float16 f)
 {
@@ -317,11 +318,9 @@ static inline int hmax16(int16 v)
         int16 v[CPU_ROWVEC_MAX_f32 / 16]; /* a constant size: the branch is dead code for other N and the generic n */ \
         _Pragma("unroll") for (int j = 0; j < (NN) / 16; ++j)                                                      \
             v[j] = CPU_ROWKEYS_##TN(j);                                                                           \
-        if ((NN) == 32 || (NN) == 64 || (NN) == 128) {                                                             \
-            /* sort each column (Batcher networks: 1, 5, 19 exchanges), then pop the best head k + 1 times */       \
-            if ((NN) == 32) {                                                                                      \
-                CE16(0, 1)                                                                                         \
-            } else if ((NN) == 64) {                                                                               \
+        if ((NN) == 64 || (NN) == 128) {                                                                           \
+            /* sort each column (Batcher networks: 5, 19 exchanges), then pop the best head k + 1 times */          \
+            if ((NN) == 64) {                                                                                      \
                 CE16(0, 1) CE16(2, 3) CE16(0, 2) CE16(1, 3) CE16(1, 2)                                             \
             } else {                                                                                               \
                 CE16(0, 1) CE16(2, 3) CE16(4, 5) CE16(6, 7) CE16(0, 2) CE16(1, 3) CE16(4, 6) CE16(5, 7) CE16(1, 2)   \
@@ -346,20 +345,12 @@ static inline int hmax16(int16 v)
 
 #define CE16(a, b) { const int16 hi = max(v[a], v[b]); v[b] = min(v[a], v[b]); v[a] = hi; }
 
-/* f16: the exact packed key of CPU_PUSH_f16, 16 at a time (pops: k; f32 pops k + 1 for its boundary check). */
-static inline int16 packed_half16(ushort16 h, int16 i)
-{
-    const int16 b = convert_int16(as_short16(h));
-    const int16 mag = convert_int16(h & (ushort)0x7fff);
-    int16 key = select(b ^ ((b >> 15) & 0x7fff), (int16)0, mag == 0);
-    key = select(key, (int16)0x7fff, mag > 0x7c00);
-    return as_int16((as_uint16(key) << 16) | as_uint16(0xffff - i));
-}
-
 #define CPU_ROWKEYS_f32(j) ((order_key16(vload16((j), xr)) & ~imask) | (imask - (lane + 16 * (j))))
-#define CPU_ROWKEYS_f16(j) packed_half16(vload16((j), (__global const ushort*)xr), lane + 16 * (j))
-#define CPU_POPS_f32(KSLOTS) ((KSLOTS) + 1)
-#define CPU_POPS_f16(KSLOTS) (KSLOTS)
+#define CPU_POPS_f32(KSLOTS) ((KSLOTS) + 1) /* k + 1: the boundary check of CPU_TOP_f32 */
+#define CPU_ROWVEC_f32(NN, KSLOTS) CPU_ROWVEC(f32, NN, KSLOTS)
+/* f16 streams: its exact packed key already makes insertion cheap, and along the row measured 1.77 ms vs 1.54 ms
+ * streaming at 32768 x 128 k8 (the per-row scalar tail costs more than the gathers saved). */
+#define CPU_ROWVEC_f16(NN, KSLOTS)
 
 #define CPU_TOP_f16(T, NN, KK, KSLOTS) \
     _Pragma("unroll") for (int j = 0; j < (KSLOTS); ++j) top[j] = 0xffff - (s[j] & 0xffff);
@@ -372,7 +363,7 @@ static inline int16 packed_half16(ushort16 h, int16 i)
     CPU_STATE_##TN(NN, KSLOTS)                                                                                    \
     const int octets = (NN) / 8;                                                                                   \
     if (ROWVEC) {                                                                                                  \
-        CPU_ROWVEC(TN, NN, KSLOTS)                                                                                 \
+        CPU_ROWVEC_##TN(NN, KSLOTS)                                                                                \
     } else {                                                                                                       \
         for (int o = 0; o < octets; ++o) {                                                                         \
             const T##8 v8 = vload8(o, xr);                                                                         \
@@ -439,7 +430,7 @@ static inline int16 packed_half16(ushort16 h, int16 i)
 /* kept value j as float, or m past k (masked out after the exp) */
 #define CPU_KEPT(j, KK) ((j) < (KK) ? (float)xr[top[(j) < (KK) ? (j) : 0]] : m)
 #define CPU_EXP_SLOTS(KSLOTS, ROWVEC) ((ROWVEC) ? 16 : (KSLOTS))
-#define CPU_ROWVEC_OK(TN, N) (CPU_ROWVEC_MAX_##TN > 0 && (N) % 16 == 0 && (N) <= CPU_ROWVEC_MAX_##TN)
+#define CPU_ROWVEC_OK(TN, N) (CPU_ROWVEC_MAX_##TN > 0 && (N) % 16 == 0 && (N) >= 64 && (N) <= CPU_ROWVEC_MAX_##TN)
 
 #define DEFINE_CPU(T, TN, N, K, W)                                                                                 \
     __kernel void softmax_topk_##TN##_n##N##_k##K##_w##W(__global const T* x, __global T* values,                 \
