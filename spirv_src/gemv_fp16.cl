@@ -29,9 +29,8 @@ __kernel void gemv_fp16(__global const half* x, __global const half* w, __global
     if (row < N) {
         __global const half* w_row = w + (size_t)row * K;
         const int chunks = K / VL;
-        const int per_slice = (chunks + K_SPLIT - 1) / K_SPLIT;
-        const int c_begin = min(slice * per_slice, chunks);
-        const int c_end = min(c_begin + per_slice, chunks);
+        const int2 range = xe2rt_slice_range(chunks, slice, K_SPLIT);
+        const int c_begin = range.s0, c_end = range.s1;
         float8 acc = 0.0f;
         if (XE2RT_BLOCK_ALIGNED(w_row) && XE2RT_BLOCK_ALIGNED(x)) {
             for (int c = c_begin; c < c_end; ++c) {
@@ -79,9 +78,8 @@ __kernel void gemv_fp16(__global const half* x, __global const half* w, __global
         w_rows[r] = w + (size_t)min(row0 + r, N - 1) * K;
 
     const int octets = K / 8;
-    const int per_slice = (octets + K_SPLIT - 1) / K_SPLIT;
-    const int o_begin = min(slice * per_slice, octets);
-    const int o_end = min(o_begin + per_slice, octets);
+    const int2 range = xe2rt_slice_range(octets, slice, K_SPLIT);
+    const int o_begin = range.s0, o_end = range.s1;
     float8 acc[RPT];
     for (int r = 0; r < RPT; ++r)
         acc[r] = 0.0f;

@@ -34,9 +34,8 @@ __kernel void gemv_w8a16(W8_PARAMS)
     if (row < N) {
         __global const char* w_row = qweight + (size_t)row * K;
         const int chunks = K / VL;
-        const int per_slice = (chunks + K_SPLIT - 1) / K_SPLIT;
-        const int c_begin = min(slice * per_slice, chunks);
-        const int c_end = min(c_begin + per_slice, chunks);
+        const int2 range = xe2rt_slice_range(chunks, slice, K_SPLIT);
+        const int c_begin = range.s0, c_end = range.s1;
         float8 acc = 0.0f;
         if (XE2RT_BLOCK_ALIGNED(w_row) && XE2RT_BLOCK_ALIGNED(x)) {
             for (int c = c_begin; c < c_end; ++c) {
@@ -94,9 +93,8 @@ __kernel void gemv_w8a16(W8_PARAMS)
         w_rows[r] = qweight + (size_t)min(first_row + r * row_step, N - 1) * K;
 
     const int blocks = K / 16;
-    const int per_slice = (blocks + K_SPLIT - 1) / K_SPLIT;
-    const int o_begin = min(slice * per_slice, blocks);
-    const int o_end = min(o_begin + per_slice, blocks);
+    const int2 range = xe2rt_slice_range(blocks, slice, K_SPLIT);
+    const int o_begin = range.s0, o_end = range.s1;
     float16 acc[RPT];
     for (int r = 0; r < RPT; ++r)
         acc[r] = 0.0f;

@@ -59,6 +59,15 @@ XE2RT_OVERLOAD float  intel_sub_group_f16_f16_matrix_mad_k16(short  a, int8 b, f
 XE2RT_OVERLOAD float2 intel_sub_group_f16_f16_matrix_mad_k16(short2 a, int8 b, float2 acc);
 XE2RT_OVERLOAD float4 intel_sub_group_f16_f16_matrix_mad_k16(short4 a, int8 b, float4 acc);
 
+/* Seed 000's K split: slice `slice` of `k_split` owns the contiguous units [begin, end) of `count` (empty past the
+ * end). Returned as (begin, end). */
+static inline int2 xe2rt_slice_range(int count, int slice, int k_split)
+{
+    const int per_slice = (count + k_split - 1) / k_split;
+    const int begin = min(slice * per_slice, count);
+    return (int2)(begin, min(begin + per_slice, count));
+}
+
 /* True when p is aligned for sub-group block reads (IGC's OWord block messages want 16 bytes). */
 #define XE2RT_BLOCK_ALIGNED(p) ((((ulong)(p)) & 15UL) == 0)
 

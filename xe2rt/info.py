@@ -60,13 +60,17 @@ def format_info(data: dict) -> str:
              f"OCL_ICD_FILENAMES={data['ocl_icd_filenames']}  XE2RT_TARGET={data['forced_target']}", "", "devices:"]
     for d in data["devices"]:
         lines.append(f"  {d['filter']:14s} {d['name']!r} -> target {d['target']}  ({d['why']})")
-    lines += ["", "binaries (AOT: SIMD / GRF / spill bytes / DPAS instructions per kernel):"]
+    lines += ["", "binaries (Xe2: what Intel's offline compiler reported, over all kernels of the binary):"]
     for key, b in data["binaries"].items():
         aot = b["aot"]
         if aot:
-            detail = "; ".join(f"{k} SIMD{v['simd_size']} GRF{v['grf_count']} spill {v['spill_size']} "
-                               f"dpas {v['dpas_instructions']}" for k, v in aot["kernels"].items())
-            lines.append(f"  {key:34s} {b['sha256'][:12]}  ocloc {aot['ocloc']} {aot['device']}: {detail}")
+            ks = aot["kernels"].values()
+            simd = "/".join(sorted({f"SIMD{k['simd_size']}" for k in ks}))
+            grf = "/".join(sorted({str(k["grf_count"]) for k in ks}))
+            with_dpas = sum(1 for k in ks if k["dpas_instructions"])
+            detail = (f"{len(ks)} kernels, {simd}, GRF {grf}, max spill {max(k['spill_size'] for k in ks)} B, "
+                      f"DPAS in {with_dpas}  (ocloc {aot['ocloc']}, -device {aot['device']})")
         else:
-            lines.append(f"  {key:34s} {b['sha256'][:12]}  kernels: {', '.join(b['kernels'])}")
+            detail = f"{len(b['kernels'])} kernels"
+        lines.append(f"  {key:28s} {b['sha256'][:12]}  {detail}")
     return "\n".join(lines)

@@ -1,8 +1,8 @@
 """W4A16 GEMV for decode (M = 1): y[N] = dequant(W)[N, K] . x[K], uint4 weights with per-group fp16 scales (and
 optional zero points), fp16 x and y, fp32 accumulation.
 
-Geometry (seed 000): ceil(N / ROWS) work-groups; each owns ROWS rows and splits every row's K into K_SPLIT slices whose
-partial sums meet in SLM (ROWS x K_SPLIT floats).
+Geometry (seed 000, gemv_common.geometry): ceil(N / ROWS) work-groups of ROWS rows, K split into K_SPLIT slices
+reduced in SLM.
   Xe2 targets: one SG-lane sub-group per (RPT rows, slice), 512 k per block read -> local ROWS / RPT x K_SPLIT x SG
   cpu target:  one work-item per (RPT rows, slice), slices of whole groups        -> local ROWS / RPT x K_SPLIT
 RPT rows share every x load (and, with bias correction, every sum of x).
@@ -12,26 +12,15 @@ gemv_w4a16_alt the other; the variant is the DEQUANT_MAGIC constant in the manif
 """
 from __future__ import annotations
 
-import dpnp
-import numpy as np
-
-from .. import launch, validate
+from .. import launch
 from ..errors import InputError, InputTypeError
 from ..quant import QuantizedW4
-from .common import ceil_div, is_xe2, program_for
+from .common import program_for
+from .gemv_common import check_decode_inputs, geometry, output
 
 OP = "gemv_w4a16"
 FAMILIES = ("gemv_w4a16", "gemv_w4a16_alt")
 DEQUANT = {"magic": 1, "plain": 0}
-
-
-def geometry(constants: dict, target: str, n: int) -> tuple[int, int, int]:
-    """(global size, local size, SLM floats) for N rows."""
-    rows, k_split = constants["ROWS"], constants["K_SPLIT"]
-    lanes_per_row_slice = constants["SG"] if is_xe2(target) else 1
-    rows_per_thread = constants.get("RPT", 1)
-    local = rows // rows_per_thread * k_split * lanes_per_row_slice
-    return ceil_div(n, rows) * local, local, rows * k_split
 
 
 def kernel_name(group_size: int, symmetric: bool) -> str:
@@ -57,25 +46,12 @@ def run(x, qw, *, out=None, target: str | None = None, dequant: str | None = Non
     if qw.sycl_queue is None:
         raise InputError(f"{OP}: qw's parts are numpy (host) arrays; the kernel needs them on the device: "
                          f"qw = qw.to_device(x.sycl_queue)")
-    validate.device_array(OP, "x", x, dtypes=[np.float16], ndims=[1, 2])
-    if x.ndim == 2 and x.shape[0] != 1:
-        raise InputError(f"{OP}: x must be [K] or [1, K] (decode, M = 1), got shape {tuple(x.shape)}")
     n, k = qw.shape
-    if x.shape[-1] != k:
-        raise InputError(f"{OP}: x has K = {x.shape[-1]} but qw is [N, K] = {(n, k)}; K must match")
-    queue = validate.same_queue(OP, x=x, packed=qw.packed, scales=qw.scales, zeros=qw.zeros)
-    validate.require_fp16(OP, queue)
-    y_shape = (1, n) if x.ndim == 2 else (n,)
-    if out is not None:
-        validate.out_array(OP, out, shape=y_shape, dtype=np.float16, queue=queue,
-                           inputs={"x": x, "packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros})
-    validate.fits_int32(OP, N=n, K=k)
+    queue, y_shape = check_decode_inputs(OP, x, n, k, {"packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros},
+                                         out)
     program = program_variant(queue, target, dequant)
-    y = out if out is not None else dpnp.empty(y_shape, dtype=np.float16, sycl_queue=queue)
-    if n == 0:
-        return y, None
-    if k == 0:
-        y.fill(0)
+    y, done = output(out, y_shape, queue, n, k)
+    if done:
         return y, None
     global_size, local_size, slm_floats = geometry(program.constants, program.target, n)
     zeros = qw.packed if qw.zeros is None else qw.zeros  # the symmetric kernels never read it

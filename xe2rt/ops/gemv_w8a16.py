@@ -1,21 +1,18 @@
 """W8A16 GEMV for decode (M = 1): y[N] = scale[N] * (q[N, K] . x[K]), int8 weights with one fp16 scale per row, fp16 x
 and y, fp32 accumulation.
 
-Geometry (seed 000): ceil(N / ROWS) work-groups; each owns ROWS rows and splits every row's K into K_SPLIT slices whose
-partial sums meet in SLM (ROWS x K_SPLIT floats).
+Geometry (seed 000, gemv_common.geometry): ceil(N / ROWS) work-groups of ROWS rows, K split into K_SPLIT slices
+reduced in SLM.
   Xe2 targets: one SG-lane sub-group per (row, slice)   -> local size ROWS x K_SPLIT x SG
   cpu target:  one work-item per (RPT rows, slice)      -> local size ROWS / RPT x K_SPLIT
 """
 from __future__ import annotations
 
-import dpnp
-import numpy as np
-
-from .. import launch, validate
+from .. import launch
 from ..errors import InputError, InputTypeError
 from ..quant import QuantizedW8
 from .common import program_for
-from .gemv_w4a16 import geometry
+from .gemv_common import check_decode_inputs, geometry, output
 
 OP = "gemv_w8a16"
 
@@ -28,25 +25,11 @@ def run(x, qw, *, out=None, target: str | None = None):
     if qw.sycl_queue is None:
         raise InputError(f"{OP}: qw's parts are numpy (host) arrays; the kernel needs them on the device: "
                          f"qw = qw.to_device(x.sycl_queue)")
-    validate.device_array(OP, "x", x, dtypes=[np.float16], ndims=[1, 2])
-    if x.ndim == 2 and x.shape[0] != 1:
-        raise InputError(f"{OP}: x must be [K] or [1, K] (decode, M = 1), got shape {tuple(x.shape)}")
     n, k = qw.shape
-    if x.shape[-1] != k:
-        raise InputError(f"{OP}: x has K = {x.shape[-1]} but qw is [N, K] = {(n, k)}; K must match")
-    queue = validate.same_queue(OP, x=x, qweight=qw.qweight, scales=qw.scales)
-    validate.require_fp16(OP, queue)
-    y_shape = (1, n) if x.ndim == 2 else (n,)
-    if out is not None:
-        validate.out_array(OP, out, shape=y_shape, dtype=np.float16, queue=queue,
-                           inputs={"x": x, "qweight": qw.qweight, "scales": qw.scales})
-    validate.fits_int32(OP, N=n, K=k)
+    queue, y_shape = check_decode_inputs(OP, x, n, k, {"qweight": qw.qweight, "scales": qw.scales}, out)
     program = program_for(queue, OP, target)
-    y = out if out is not None else dpnp.empty(y_shape, dtype=np.float16, sycl_queue=queue)
-    if n == 0:
-        return y, None
-    if k == 0:
-        y.fill(0)
+    y, done = output(out, y_shape, queue, n, k)
+    if done:
         return y, None
     global_size, local_size, slm_floats = geometry(program.constants, program.target, n)
     event = launch.launch(program.kernel(), [x, qw.qweight, qw.scales, y, n, k, slm_floats], global_size,
