@@ -118,6 +118,34 @@ def test_ties_lower_index_first(queue, rng, target, dtype):
     np.testing.assert_array_equal(host(i)[2][:6], [5, 20, 50, 63, 10, 40])
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("n,k", [(128, 8), (100, 5), (512, 10)])
+def test_f32_neighbouring_floats(queue, rng, target, n, k):
+    """fp32 logits one ulp apart, in scrambled positions: inside the kept set (order decided by the low mantissa bits)
+    and across the k boundary (the set itself decided by them), next to exact ties."""
+    ulp_steps = lambda base, m: base + np.arange(m, dtype=np.float32) * np.spacing(np.float32(base))
+    rows = []
+    r = rng.uniform(-4, 0, n).astype(np.float32)
+    r[rng.permutation(n)[:k]] = rng.permutation(ulp_steps(np.float32(3.0), k))  # clear boundary, order by low bits
+    rows.append(r)
+    r = rng.uniform(-4, 0, n).astype(np.float32)
+    r[rng.permutation(n)[:k + 4]] = rng.permutation(ulp_steps(np.float32(1.5), k + 4))  # boundary inside the run
+    rows.append(r)
+    r = rng.uniform(-4, 0, n).astype(np.float32)
+    pos = rng.permutation(n)[:k + 2]
+    r[pos] = np.float32(-0.75)  # exact ties across the boundary ...
+    r[pos[-1]] = np.nextafter(np.float32(-0.75), np.float32(1))  # ... and one ulp above them at a late index
+    r[pos[0]] = np.nextafter(np.float32(-0.75), np.float32(-1))  # ... and one below
+    rows.append(r)
+    r = np.full(n, np.float32(2.0))
+    r[rng.permutation(n)[:3]] = np.nextafter(np.float32(2.0), np.float32(3))
+    rows.append(r)
+    x = np.array(rows, dtype=np.float32)
+    for normalize in (True, False):
+        check_softmax_topk(queue, x, k, normalize, target)
+    check_topk(queue, x, k, target)
+
+
 def special_rows(n):
     inf, nan = np.inf, np.nan
     base = np.linspace(-2.0, 2.0, n)
