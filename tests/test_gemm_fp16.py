@@ -212,3 +212,21 @@ def test_forcing_an_xe2_target_on_the_cpu_device_fails_clearly(operands):
                                                     r"intel_sub_group_f16_f16_matrix_mad_k16.*variant='xe2emu'"):
             xe2rt.gemm_fp16(a, b, bias=bias, out=out, target=target)
     _untouched(out)
+
+
+def test_cpu_kn_static_local_memory_checked(queue, monkeypatch):
+    """The blocked kn kernel declares its SLM statically (the launch helper cannot see it), so the op checks it
+    against the device: here against a requirement the device cannot meet."""
+    from xe2rt.ops import gemm_fp16 as gemm_op
+
+    constants = xe2rt.artifacts.load(queue, "cpu", "gemm_fp16").constants
+    assert 64 * 1024 < gemm_op.kn_static_slm_bytes(constants) <= queue.sycl_device.local_mem_size
+    need = queue.sycl_device.local_mem_size + 4
+    monkeypatch.setattr(gemm_op, "kn_static_slm_bytes", lambda c: need)
+    a = dpnp.asarray(np.ones((16, 32), np.float16), sycl_queue=queue)
+    b = dpnp.asarray(np.ones((32, 64), np.float16), sycl_queue=queue)
+    out = dpnp.full((16, 64), 5, dtype=np.float16, sycl_queue=queue)
+    with pytest.raises(xe2rt.LaunchLimitError, match=rf"needs {need} bytes of local memory; device .* has "
+                                                     rf"{queue.sycl_device.local_mem_size}"):
+        xe2rt.gemm_fp16(a, b, out=out, target="cpu")
+    assert np.all(dpnp.asnumpy(out) == 5)

@@ -26,7 +26,7 @@ import dpnp
 import numpy as np
 
 from .. import artifacts, launch, targets, validate
-from ..errors import InputError, TargetError
+from ..errors import InputError, LaunchLimitError, TargetError
 from .common import ceil_div, is_xe2
 
 OP = "gemm_fp16"
@@ -70,6 +70,15 @@ def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> di
     local = (sgs_n * 16, sgs_m, slices)
     global_ = (ceil_div(tiles_n, sgs_n) * local[0], ceil_div(tiles_m, sgs_m) * sgs_m, slices)
     return {"tile_m": tile_m, "slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}
+
+
+def kn_static_slm_bytes(constants: dict) -> int:
+    """Local memory the cache-blocked cpu kn kernel declares statically (b_st, a_st, acc_st in gemm_fp16.cl); the
+    launch helper only sees dynamic SLM, so this op checks it against the device."""
+    c = constants
+    floats = (c["KN_KB"] * 16 * c["KN_NJ"] + c["KN_RB"] * c["KN_RM"] * c["KN_KB"]
+              + c["KN_RB"] * c["KN_RM"] * c["KN_NJ"] * 16)
+    return 4 * floats
 
 
 def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
@@ -153,6 +162,11 @@ def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, tar
     else:
         geo = cpu_geometry(constants, b_layout, m, n)
         kernel = program.kernel(f"{OP}_{geo['kernel']}")
+        if geo["kernel"] == "kn" and kn_static_slm_bytes(constants) > queue.sycl_device.local_mem_size:
+            raise LaunchLimitError(
+                f"{OP}: the cpu kn kernel needs {kn_static_slm_bytes(constants)} bytes of local memory; device "
+                f"{queue.sycl_device.name!r} has {queue.sycl_device.local_mem_size}. Pass b_layout='nk' with b "
+                f"transposed, or rebuild with smaller KN_RB / KN_KB in spirv_src/gemm_fp16.toml.")
     event = launch.launch(kernel, args, geo["global"], geo["local"], queue)
     return c, event
 
