@@ -249,7 +249,8 @@ INLINE float16 lanes_half(__global const half* p, int g0, const int G)
         return shuffle(vload_half4(0, p + g0), (uint16)(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
     if (G == 64)
         return shuffle(vload_half2(0, p + g0), (uint16)(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    return (float16)vload_half(g0, p);
+    const ushort bits = ((__global const ushort*)p)[g0];
+    return convert_float16(as_half16((ushort16)bits)); /* vpbroadcastw, vcvtph2ps */
 }
 
 INLINE float16 lanes_uchar(__global const uchar* p, int g0, const int G)
@@ -307,25 +308,28 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
         const int k0 = gs * G;
         float16 X[8];
         x_phases(x, k0, X);
-        /* d15 = sum_even t (1 + q / 256) x, d19 = sum_odd t (1 + q / 16) x, so
-         * sum_t (q - z) x = 16 (16 d15 + d19 - 16 xs_even - xs_odd) - z (xs_even + xs_odd) */
+        /* With the even phases scaled by 256 and the odd by 16 (exact), d_even = sum_even t (256 + q) x and
+         * d_odd = sum_odd t (16 + q) x, so sum_t (q - z) x = d_even + d_odd - 256 xs_even - 16 xs_odd - z xs. */
         const float16 xs_even = (X[0] + X[2]) + (X[4] + X[6]), xs_odd = (X[1] + X[3]) + (X[5] + X[7]);
-        const float16 xs = xs_even + xs_odd;
-        const float16 base = ZP ? fma(xs_even, 16.0f, xs_odd) : fma(xs_even, 16.5f, 1.5f * xs_odd);
-        const float16 xs_16 = -0.0625f * xs;
+        const float16 neg_xs = -(xs_even + xs_odd);
+        const float16 base = ZP ? fma(xs_even, 256.0f, 16.0f * xs_odd) : fma(xs_even, 264.0f, 24.0f * xs_odd);
+        for (int t = 0; t < 8; t += 2) {
+            X[t] *= 256.0f;
+            X[t + 1] *= 16.0f;
+        }
         __attribute__((opencl_unroll_hint(RPT)))
         for (int r = 0; r < RPT; ++r) {
             const uint16 w = vload16(0, (__global const uint*)(prow[r] + k0 / 2));
-            float16 d15, d19;
+            float16 d_even, d_odd;
             for (int t = 0; t < 8; t += 2) {
                 const uint16 v = PAIR_SHIFT(w, t);
-                d15 = t ? fma(AS_CODE(v, 0x00078000u), X[t], d15) : AS_CODE(v, 0x00078000u) * X[t];
-                d19 = t ? fma(AS_CODE(v, 0x00780000u), X[t + 1], d19) : AS_CODE(v, 0x00780000u) * X[t + 1];
+                d_even = t ? fma(AS_CODE(v, 0x00078000u), X[t], d_even) : AS_CODE(v, 0x00078000u) * X[t];
+                d_odd = t ? fma(AS_CODE(v, 0x00780000u), X[t + 1], d_odd) : AS_CODE(v, 0x00780000u) * X[t + 1];
             }
-            float16 u = fma(d15, 16.0f, d19) - base;
+            float16 u = (d_even + d_odd) - base;
             if (ZP)
-                u = fma(lanes_uchar(zrow[r], gs, G), xs_16, u);
-            acc[r] = fma(u, 16.0f * lanes_half(srow[r], gs, G), acc[r]);
+                u = fma(lanes_uchar(zrow[r], gs, G), neg_xs, u);
+            acc[r] = fma(u, lanes_half(srow[r], gs, G), acc[r]);
         }
     }
     for (int g = g_begin + steps * groups_per_step; g < g_end; ++g) {
