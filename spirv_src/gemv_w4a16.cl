@@ -220,26 +220,31 @@ INLINE void codes32(uchar16 bytes, float16* lo, float16* hi)
 /* x[k0 .. k0 + 127] as 8 phase vectors: X[t] lane i = x[k0 + 8 i + t] (three rounds of even / odd splits). */
 INLINE void x_phases(__global const half* x, int k0, float16* X)
 {
-    float16 a[8], e1[4], o1[4];
+    /* each round: even / odd elements of the concatenation of two vectors, one two-source permute each */
+    const uint16 EVEN = (uint16)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const uint16 ODD = EVEN + 1;
+    float16 a[8], e1[4], o1[4], r2[8];
     for (int j = 0; j < 8; ++j)
         a[j] = vload_half16(0, x + k0 + 16 * j);
     for (int p = 0; p < 4; ++p) { /* x[32p + 2r], x[32p + 2r + 1] */
-        e1[p] = (float16)(a[2 * p].even, a[2 * p + 1].even);
-        o1[p] = (float16)(a[2 * p].odd, a[2 * p + 1].odd);
+        e1[p] = shuffle2(a[2 * p], a[2 * p + 1], EVEN);
+        o1[p] = shuffle2(a[2 * p], a[2 * p + 1], ODD);
     }
-    /* x[64q + 4r + c] for c = 0 (ee), 2 (eo), 1 (oe), 3 (oo) */
-    const float16 ee0 = (float16)(e1[0].even, e1[1].even), ee1 = (float16)(e1[2].even, e1[3].even);
-    const float16 eo0 = (float16)(e1[0].odd, e1[1].odd), eo1 = (float16)(e1[2].odd, e1[3].odd);
-    const float16 oe0 = (float16)(o1[0].even, o1[1].even), oe1 = (float16)(o1[2].even, o1[3].even);
-    const float16 oo0 = (float16)(o1[0].odd, o1[1].odd), oo1 = (float16)(o1[2].odd, o1[3].odd);
-    X[0] = (float16)(ee0.even, ee1.even);
-    X[4] = (float16)(ee0.odd, ee1.odd);
-    X[2] = (float16)(eo0.even, eo1.even);
-    X[6] = (float16)(eo0.odd, eo1.odd);
-    X[1] = (float16)(oe0.even, oe1.even);
-    X[5] = (float16)(oe0.odd, oe1.odd);
-    X[3] = (float16)(oo0.even, oo1.even);
-    X[7] = (float16)(oo0.odd, oo1.odd);
+    /* r2[2c + q] = x[64q + 4r + c'] with c' = 0, 2, 1, 3 for c = 0, 1, 2, 3 */
+    for (int q = 0; q < 2; ++q) {
+        r2[q] = shuffle2(e1[2 * q], e1[2 * q + 1], EVEN);
+        r2[2 + q] = shuffle2(e1[2 * q], e1[2 * q + 1], ODD);
+        r2[4 + q] = shuffle2(o1[2 * q], o1[2 * q + 1], EVEN);
+        r2[6 + q] = shuffle2(o1[2 * q], o1[2 * q + 1], ODD);
+    }
+    X[0] = shuffle2(r2[0], r2[1], EVEN);
+    X[4] = shuffle2(r2[0], r2[1], ODD);
+    X[2] = shuffle2(r2[2], r2[3], EVEN);
+    X[6] = shuffle2(r2[2], r2[3], ODD);
+    X[1] = shuffle2(r2[4], r2[5], EVEN);
+    X[5] = shuffle2(r2[4], r2[5], ODD);
+    X[3] = shuffle2(r2[6], r2[7], EVEN);
+    X[7] = shuffle2(r2[6], r2[7], ODD);
 }
 
 /* Per-lane value of a per-group array (scales or zero points) over one step: lane i belongs to group g0 + 8 i / G. */
