@@ -22,7 +22,9 @@
  *    unaligned rows.
  *  - CPU: one work-item per (RPT rows, slice), slices at group granularity. x of a group is loaded once, split into
  *    even / odd k (matching low / high nibbles, so the weights need no interleave) and shared by RPT rows; lane-wise
- *    float16 accumulators (TOOLCHAIN.md 6).
+ *    float16 accumulators (TOOLCHAIN.md 6). WIDE_STEP 1 (bias correction only): 128 k per step as one uint16 per row,
+ *    x split into 8 phase vectors (lane i, phase t = x[k0 + 8 i + t]) shared by the RPT rows, per-lane scales and zero
+ *    points, so the per-group work is vector work too; groups past the last whole step take the per-group path.
  * One kernel per (group size, symmetric / zero-point): gemv_w4a16_g{32,64,128}_{sym,zp}.
  */
 #include "xe2rt.h"
@@ -40,6 +42,12 @@
 #define MAGIC_VALUE 0.0f
 #endif
 #define SYM_ZERO 8
+#ifndef WIDE_STEP
+#define WIDE_STEP 0
+#endif
+#if WIDE_STEP && !DEQUANT_MAGIC
+#error "the wide CPU path is written with bias correction only"
+#endif
 #ifndef INTERLEAVE_MAX_ROW_BYTES
 #define INTERLEAVE_MAX_ROW_BYTES 0
 #endif
@@ -200,6 +208,65 @@ INLINE void codes32(uchar16 bytes, float16* lo, float16* hi)
 #endif
 }
 
+/* The wide path: 128 k per step and row, one 64-byte load as uint16, lane i = the 8 codes k0 + 8 i .. + 7 with code t
+ * in bits 4t. A code in mantissa bits p .. p + 3 under the exponent of 1.0 reads as the float 1 + q 2^(p - 23): one
+ * mask-and-OR (a single vpternlogd), no conversion instruction. One shift by 15 - 4t serves the pair (t, t + 1): code
+ * t lands in bits 15..18 (1 + q / 256) and code t + 1 in bits 19..22 (1 + q / 16), so 4 shifts and 8 mask-ORs make 8
+ * code vectors. Products with an fp16 x (at most 12 x 11 significant bits) are exact in fp32; the offset 1 is 256 or
+ * 16 code units, against 1024 for the half magic 1024 + q, so the bias correction cancels fewer bits. */
+#define PAIR_SHIFT(w, t) (4 * (t) <= 15 ? (w) << (15 - 4 * (t)) : (w) >> (4 * (t) - 15))
+#define AS_CODE(v, mask) as_float16(((v) & (mask)) | 0x3F800000u)
+
+/* x[k0 .. k0 + 127] as 8 phase vectors: X[t] lane i = x[k0 + 8 i + t] (three rounds of even / odd splits). */
+INLINE void x_phases(__global const half* x, int k0, float16* X)
+{
+    /* each round: even / odd elements of the concatenation of two vectors, one two-source permute each */
+    const uint16 EVEN = (uint16)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const uint16 ODD = EVEN + 1;
+    float16 a[8], e1[4], o1[4], r2[8];
+    for (int j = 0; j < 8; ++j)
+        a[j] = vload_half16(0, x + k0 + 16 * j);
+    for (int p = 0; p < 4; ++p) { /* x[32p + 2r], x[32p + 2r + 1] */
+        e1[p] = shuffle2(a[2 * p], a[2 * p + 1], EVEN);
+        o1[p] = shuffle2(a[2 * p], a[2 * p + 1], ODD);
+    }
+    /* r2[2c + q] = x[64q + 4r + c'] with c' = 0, 2, 1, 3 for c = 0, 1, 2, 3 */
+    for (int q = 0; q < 2; ++q) {
+        r2[q] = shuffle2(e1[2 * q], e1[2 * q + 1], EVEN);
+        r2[2 + q] = shuffle2(e1[2 * q], e1[2 * q + 1], ODD);
+        r2[4 + q] = shuffle2(o1[2 * q], o1[2 * q + 1], EVEN);
+        r2[6 + q] = shuffle2(o1[2 * q], o1[2 * q + 1], ODD);
+    }
+    X[0] = shuffle2(r2[0], r2[1], EVEN);
+    X[4] = shuffle2(r2[0], r2[1], ODD);
+    X[2] = shuffle2(r2[2], r2[3], EVEN);
+    X[6] = shuffle2(r2[2], r2[3], ODD);
+    X[1] = shuffle2(r2[4], r2[5], EVEN);
+    X[5] = shuffle2(r2[4], r2[5], ODD);
+    X[3] = shuffle2(r2[6], r2[7], EVEN);
+    X[7] = shuffle2(r2[6], r2[7], ODD);
+}
+
+/* Per-lane value of a per-group array (scales or zero points) over one step: lane i belongs to group g0 + 8 i / G. */
+INLINE float16 lanes_half(__global const half* p, int g0, const int G)
+{
+    if (G == 32)
+        return shuffle(vload_half4(0, p + g0), (uint16)(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    if (G == 64)
+        return shuffle(vload_half2(0, p + g0), (uint16)(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    const ushort bits = ((__global const ushort*)p)[g0];
+    return convert_float16(as_half16((ushort16)bits)); /* vpbroadcastw, vcvtph2ps */
+}
+
+INLINE float16 lanes_uchar(__global const uchar* p, int g0, const int G)
+{
+    if (G == 32)
+        return shuffle(convert_float4(vload4(0, p + g0)), (uint16)(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    if (G == 64)
+        return shuffle(convert_float2(vload2(0, p + g0)), (uint16)(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    return (float16)(float)p[g0];
+}
+
 INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
 {
     const int lid = get_local_id(0);
@@ -237,7 +304,43 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
     float16 acc[RPT];
     for (int r = 0; r < RPT; ++r)
         acc[r] = 0.0f;
+#if WIDE_STEP
+    /* Whole 128-k steps take the wide path; groups past the last whole step take the per-group path below. */
+    const int groups_per_step = 128 / G;
+    const int steps = (g_end - g_begin) / groups_per_step;
+    for (int s = 0; s < steps; ++s) {
+        const int gs = g_begin + s * groups_per_step;
+        const int k0 = gs * G;
+        float16 X[8];
+        x_phases(x, k0, X);
+        /* With the even phases scaled by 256 and the odd by 16 (exact), d_even = sum_even t (256 + q) x and
+         * d_odd = sum_odd t (16 + q) x, so sum_t (q - z) x = d_even + d_odd - 256 xs_even - 16 xs_odd - z xs. */
+        const float16 xs_even = (X[0] + X[2]) + (X[4] + X[6]), xs_odd = (X[1] + X[3]) + (X[5] + X[7]);
+        const float16 neg_xs = -(xs_even + xs_odd);
+        const float16 base = ZP ? fma(xs_even, 256.0f, 16.0f * xs_odd) : fma(xs_even, 264.0f, 24.0f * xs_odd);
+        for (int t = 0; t < 8; t += 2) {
+            X[t] *= 256.0f;
+            X[t + 1] *= 16.0f;
+        }
+        __attribute__((opencl_unroll_hint(RPT)))
+        for (int r = 0; r < RPT; ++r) {
+            const uint16 w = vload16(0, (__global const uint*)(prow[r] + k0 / 2));
+            float16 d_even, d_odd;
+            for (int t = 0; t < 8; t += 2) {
+                const uint16 v = PAIR_SHIFT(w, t);
+                d_even = t ? fma(AS_CODE(v, 0x00078000u), X[t], d_even) : AS_CODE(v, 0x00078000u) * X[t];
+                d_odd = t ? fma(AS_CODE(v, 0x00780000u), X[t + 1], d_odd) : AS_CODE(v, 0x00780000u) * X[t + 1];
+            }
+            float16 u = (d_even + d_odd) - base;
+            if (ZP)
+                u = fma(lanes_uchar(zrow[r], gs, G), neg_xs, u);
+            acc[r] = fma(u, lanes_half(srow[r], gs, G), acc[r]);
+        }
+    }
+    for (int g = g_begin + steps * groups_per_step; g < g_end; ++g) {
+#else
     for (int g = g_begin; g < g_end; ++g) {
+#endif
         float16 xe[4], xo[4]; /* chunks <= 4 */
 #if DEQUANT_MAGIC
         float16 xs = 0.0f;
