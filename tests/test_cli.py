@@ -30,4 +30,4 @@ def test_bench_quick_writes_rows(tmp_path):
     for row in report["rows"]:
         assert row["seconds"] > 0 and row["wall_seconds"] > 0
     assert (tmp_path / "r.png").stat().st_size > 0
-    assert "measured device read bandwidth" in proc.stdout
+    assert "device read bandwidth (stream_read)" in proc.stdout

@@ -42,5 +42,6 @@ def cases(ctx: BenchContext) -> list[Result]:
             del pool
             results.append(Result("gemm_fp16", f"{m}x{n}x{k} {b_layout}", ctx.target, seconds, wall,
                                   bytes=gemm_fp16_bytes(m, n, k), flops=2 * m * n * k,
-                                  alternative="dpnp f32 matmul", alt_seconds=alt, note=f"pool {copies} copies"))
+                                  alternative="dpnp f32 matmul", alt_seconds=alt, note=f"pool {copies} copies",
+                                  read_gbps=ctx.last_read_gbps))
     return results

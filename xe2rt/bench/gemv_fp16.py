@@ -36,5 +36,5 @@ def cases(ctx: BenchContext) -> list[Result]:
         del alt_pool
         results.append(Result("gemv_fp16", f"{n}x{k}", ctx.target, seconds, wall, bytes=gemv_fp16_bytes(n, k),
                               flops=2 * n * k, alternative="dpnp f32 matvec", alt_seconds=alt,
-                              note=f"pool {copies} copies"))
+                              note=f"pool {copies} copies", read_gbps=ctx.last_read_gbps))
     return results

@@ -74,16 +74,17 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         for dq in variants:
             seconds = ctx.time_events(lambda i: w4_op.run(x, pool[i % copies], out=y, dequant=dq)[1])
             wall = ctx.time_wall(lambda i: w4_op.gemv_w4a16(x, pool[i % copies], out=y, dequant=dq))
-            timed.append((dq, seconds, wall))
+            timed.append((dq, seconds, wall, ctx.last_read_gbps))
         alt = ctx.time_wall(lambda i: dpnp_dequant_matvec_w4(pool[i % copies], x32), warmup=1)
         del pool
-        for dq, seconds, wall in timed:
+        for dq, seconds, wall, read_gbps in timed:
             name = {"magic": "bias", "plain": "plain"}[dq]
             tag = "default" if dq == variants[0] else "other"
             results.append(Result("gemv_w4a16", f"{n}x{k} g{GROUP}", f"{ctx.target}:{name}", seconds, wall,
                                   bytes=nbytes, flops=2 * n * k, alternative="dpnp deq f32+matvec", alt_seconds=alt,
                                   note=f"{tag} dequant ({'bias correction' if dq == 'magic' else 'per-element'}); "
-                                       f"int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; pool {copies} copies"))
+                                       f"int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; pool {copies} copies",
+                                  read_gbps=read_gbps))
 
         # the other end of the format space: group 32 with zero points (default dequant only)
         g = 32
@@ -97,7 +98,7 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         results.append(Result("gemv_w4a16", f"{n}x{k} g{g}zp", f"{ctx.target}:{'bias' if default else 'plain'}",
                               seconds, wall, bytes=w4_bytes(n, k, g, False), flops=2 * n * k,
                               note=f"default dequant; int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; "
-                                   f"pool {copies} copies"))
+                                   f"pool {copies} copies", read_gbps=ctx.last_read_gbps))
     return results
 
 
@@ -115,5 +116,5 @@ def cases_w8(ctx: BenchContext) -> list[Result]:
         del pool8
         results.append(Result("gemv_w8a16", f"{n}x{k}", ctx.target, seconds, wall, bytes=w8_bytes(n, k),
                               flops=2 * n * k, alternative="dpnp deq f32+matvec", alt_seconds=alt,
-                              note=f"pool {copies} copies"))
+                              note=f"pool {copies} copies", read_gbps=ctx.last_read_gbps))
     return results

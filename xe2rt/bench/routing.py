@@ -43,5 +43,6 @@ def cases(ctx: BenchContext) -> list[Result]:
                               bytes=routing_bytes(rows, n, k, dtype), alternative="numpy pipeline",
                               alt_seconds=alt,
                               note=f"kernel {rows / seconds / 1e6:.2f} M rows/s, op {rows / wall / 1e6:.2f} M rows/s, "
-                                   f"numpy {rows / alt / 1e6:.3f} M rows/s; pool {copies} copies"))
+                                   f"numpy {rows / alt / 1e6:.3f} M rows/s; pool {copies} copies",
+                              read_gbps=ctx.last_read_gbps))
     return results
