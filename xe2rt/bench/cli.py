@@ -45,14 +45,15 @@ def plot(rows: list[dict], read_gbps: float, path: str) -> None:
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
     points = [r for r in rows if r["bytes"] and r["flops"]]
-    for r in points:
-        intensity = r["flops"] / r["bytes"]
-        ax.loglog(intensity, r["flops"] / r["seconds"] / 1e9, "o")
-        ax.annotate(f"{r['family']} {r['case']}", (intensity, r["flops"] / r["seconds"] / 1e9), fontsize=7)
+    for family in sorted({r["family"] for r in points}):
+        mine = [r for r in points if r["family"] == family]
+        ax.loglog([r["flops"] / r["bytes"] for r in mine], [r["flops"] / r["seconds"] / 1e9 for r in mine], "o",
+                  label=family)
     if points:
-        xs = [min(r["flops"] / r["bytes"] for r in points) / 2, max(r["flops"] / r["bytes"] for r in points) * 2]
-        ax.loglog(xs, [x * read_gbps for x in xs], "--", label=f"measured read BW {read_gbps:.1f} GB/s")
-        ax.legend()
+        lo = min(r["flops"] / r["bytes"] for r in points) / 2
+        hi = max(r["flops"] / r["bytes"] for r in points) * 2
+        ax.loglog([lo, hi], [lo * read_gbps, hi * read_gbps], "--", label=f"read BW {read_gbps:.1f} GB/s")
+        ax.legend(fontsize=8)
     ax.set_xlabel("arithmetic intensity (flop / byte)")
     ax.set_ylabel("GFLOP/s")
     ax.set_title("xe2rt roofline (kernel time)")
