@@ -147,6 +147,15 @@ class TestBadInput:
         with pytest.raises(xe2rt.InputError, match="out overlaps input w"):
             xe2rt.gemv_fp16(to_device(self.x, queue), w, out=w[0, :8])
 
+    def test_overlap_uses_view_offsets(self, queue):
+        """out and x as views of one allocation: adjacent is fine, one shared element is refused."""
+        buf = to_device(np.ones(200, np.float16), queue)
+        w = to_device(self.w, queue)
+        y = xe2rt.gemv_fp16(buf[:64], w, out=buf[64:72])
+        np.testing.assert_array_equal(dpnp.asnumpy(y), np.full(8, 64, np.float16))
+        with pytest.raises(xe2rt.InputError, match="out overlaps input x"):
+            xe2rt.gemv_fp16(buf[8:72], w, out=buf[71:79])
+
     def test_device_without_fp16(self, queue, monkeypatch):
         import xe2rt.validate as validate
 

@@ -27,10 +27,13 @@ def forced_target() -> str | None:
     return check_target_name(value, "XE2RT_TARGET") if value else None
 
 
+_PACKAGED_KERNELS = Path(__file__).resolve().parent / "kernels"
+
+
 def kernel_dir() -> Path:
     value = os.environ.get("XE2RT_KERNEL_DIR", "").strip()
     if not value:
-        return Path(__file__).resolve().parent / "kernels"
+        return _PACKAGED_KERNELS
     path = Path(value)
     if not (path / "manifest.json").is_file():
         raise ConfigError(f"XE2RT_KERNEL_DIR={value!r} has no manifest.json")

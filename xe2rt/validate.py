@@ -67,7 +67,8 @@ def out_array(op: str, out, *, shape: tuple, dtype, queue: dpctl.SyclQueue, inpu
 
 
 def _byte_range(a) -> tuple[int, int]:
-    start = dpctl.memory.as_usm_memory(a)._pointer
+    interface = a.__sycl_usm_array_interface__  # base pointer + element offset (a view starts `offset` in)
+    start = interface["data"][0] + interface.get("offset", 0) * a.itemsize
     return start, start + a.size * a.itemsize
 
 
