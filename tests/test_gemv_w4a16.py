@@ -24,6 +24,15 @@ def random_qw(rng, n, k, group_size, symmetric, queue=None):
     return qw.to_device(queue) if queue is not None else qw
 
 
+def magic_offset(constants: dict) -> float:
+    """The offset (in code units) that the bias-corrected products carry before the per-group correction: 1024 for
+    the fp16 magic (q | 0x6400), 256 for the CPU wide step (1 + q/256 and 1 + q/16, each scaled back exactly: the
+    larger offset bounds both phases), 0 for the integer convert."""
+    if constants["HALF_MAGIC"]:
+        return 1024.0
+    return 256.0 if constants.get("WIDE_STEP") else 0.0
+
+
 def check(queue, x, qw, target, dequant, *, rel=1e-2):
     """Both bars: max error <= rel * max|ref|, and the per-row fp32-accumulation bound of the variant's summation."""
     y_dev, _ = op.run(to_device(x, queue), qw, target=target, dequant=dequant)
@@ -33,7 +42,7 @@ def check(queue, x, qw, target, dequant, *, rel=1e-2):
     assert np.abs(y - ref).max() <= rel * np.abs(ref).max() + 1e-6
     constants = op.program_variant(queue, target, dequant).constants
     bias = bool(constants["DEQUANT_MAGIC"])
-    bound = ref_q.w4_fp32_bound(x, qw, bias_corrected=bias, magic_value=1024.0 if constants["HALF_MAGIC"] else 0.0,
+    bound = ref_q.w4_fp32_bound(x, qw, bias_corrected=bias, magic_value=magic_offset(constants),
                                 k_split=constants["K_SPLIT"])
     bad = np.nonzero(np.abs(y - ref) > bound)[0]
     assert bad.size == 0, f"rows {bad[:5]}: |y - ref| {np.abs(y - ref)[bad[:5]]} > bound {bound[bad[:5]]}"
