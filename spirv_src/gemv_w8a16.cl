@@ -6,7 +6,8 @@
  *  - XE2: one SG-lane sub-group per (row, slice). A uchar16 block read gives lane byte i = k (i * SG + lane), the
  *    same lane layout as two ushort8 block reads of x, so lanes multiply matching elements without shuffles.
  *    A per-lane loop covers the K tail and rows that are not 16-byte aligned (K % 16 != 0).
- *  - CPU: one work-item per (RPT rows, slice); vload_half16 of x shared by RPT rows, char16 -> float16 fma.
+ *  - CPU: one work-item per (RPT rows, slice); vload_half16 of x shared by the rows of a pass (RPT long rows, or
+ *    RPT_SHORT short rows per pass), char16 -> float16 fma.
  */
 #include "xe2rt.h"
 
@@ -71,6 +72,25 @@ __kernel void gemv_w8a16(W8_PARAMS)
 
 #else /* CPU shape */
 
+/* sums[r] = sum over 16-element blocks [o_begin, o_end) of w_rows[r] . x, one float16 accumulator per row. */
+static inline void w8_cpu_rows(__global const half* x, __global const char* const* w_rows, float* sums, const int rows,
+                               const int o_begin, const int o_end)
+{
+    float16 acc[RPT];
+    for (int r = 0; r < rows; ++r)
+        acc[r] = 0.0f;
+    for (int o = o_begin; o < o_end; ++o) {
+        const float16 xv = vload_half16(o, x);
+        for (int r = 0; r < rows; ++r)
+            acc[r] = fma(convert_float16(vload16(o, w_rows[r])), xv, acc[r]);
+    }
+    for (int r = 0; r < rows; ++r) {
+        const float8 a8 = acc[r].lo + acc[r].hi;
+        const float4 a4 = a8.lo + a8.hi;
+        sums[r] = (a4.s0 + a4.s1) + (a4.s2 + a4.s3);
+    }
+}
+
 __kernel void gemv_w8a16(W8_PARAMS)
 {
     const int lid = get_local_id(0);
@@ -78,37 +98,32 @@ __kernel void gemv_w8a16(W8_PARAMS)
     const int item_row = (lid / K_SPLIT) * RPT;
     const int row0 = get_group_id(0) * ROWS + item_row;
 
-    /* Short rows (K <= INTERLEAVE_MAX_ROW_BYTES): work-item w takes rows w, w + W, w + 2W, ... so the row streams the
-     * hardware prefetcher has picked up run on into the next work-item's rows (see gemv_w4a16.cl). */
-    const int n_items = (N + RPT - 1) / RPT;
+    /* Short rows (K <= INTERLEAVE_MAX_ROW_BYTES) run in RPT / RPT_SHORT passes, pass p as virtual item
+     * v = item * RPT / RPT_SHORT + p of RPT_SHORT rows dealt out strided: v takes rows v, v + V, v + 2V, ... so the row
+     * streams the hardware prefetcher has picked up run on into the next pass's rows (see gemv_w4a16.cl). Long rows:
+     * RPT consecutive rows at once, sharing each x load. */
     const bool interleave = K <= INTERLEAVE_MAX_ROW_BYTES;
-    const int item = row0 / RPT;
-    const int row_step = interleave ? n_items : 1;
-    const int first_row = interleave ? item : row0;
-    const bool has_rows = interleave ? item < n_items : row0 < N;
-
-    /* Rows past N read row N-1 again (branch-free inner loop) and are never stored. */
+    const int n_virtual = (N + RPT_SHORT - 1) / RPT_SHORT;
+    const int first_virtual = row0 / RPT_SHORT;
+    int rows[RPT];
+    bool valid[RPT];
     __global const char* w_rows[RPT];
-    for (int r = 0; r < RPT; ++r)
-        w_rows[r] = qweight + (size_t)min(first_row + r * row_step, N - 1) * K;
+    for (int r = 0; r < RPT; ++r) {
+        const int v = first_virtual + r / RPT_SHORT;
+        rows[r] = interleave ? v + (r % RPT_SHORT) * n_virtual : row0 + r;
+        valid[r] = rows[r] < N && (!interleave || v < n_virtual);
+        /* Rows past N read row N-1 again (branch-free inner loop) and are never stored. */
+        w_rows[r] = qweight + (size_t)min(rows[r], N - 1) * K;
+    }
 
     const int blocks = K / 16;
     const int2 range = xe2rt_slice_range(blocks, slice, K_SPLIT);
-    const int o_begin = range.s0, o_end = range.s1;
-    float16 acc[RPT];
-    for (int r = 0; r < RPT; ++r)
-        acc[r] = 0.0f;
-    for (int o = o_begin; o < o_end; ++o) {
-        const float16 xv = vload_half16(o, x);
-        for (int r = 0; r < RPT; ++r)
-            acc[r] = fma(convert_float16(vload16(o, w_rows[r])), xv, acc[r]);
-    }
     float sums[RPT];
-    for (int r = 0; r < RPT; ++r) {
-        const float8 a8 = acc[r].lo + acc[r].hi;
-        const float4 a4 = a8.lo + a8.hi;
-        sums[r] = (a4.s0 + a4.s1) + (a4.s2 + a4.s3);
-    }
+    if (interleave)
+        for (int p = 0; p < RPT; p += RPT_SHORT)
+            w8_cpu_rows(x, w_rows + p, sums + p, RPT_SHORT, range.s0, range.s1);
+    else
+        w8_cpu_rows(x, w_rows, sums, RPT, range.s0, range.s1);
     if (slice == K_SPLIT - 1)
         for (int k = blocks * 16; k < K; ++k) {
             const float xk = vload_half(k, x);
@@ -123,9 +138,8 @@ __kernel void gemv_w8a16(W8_PARAMS)
             float total = 0.0f;
             for (int s = 0; s < K_SPLIT; ++s)
                 total += partial[(item_row + r) * K_SPLIT + s];
-            const int row = first_row + r * row_step;
-            if (has_rows && row < N)
-                vstore_half_rte(total * vload_half(row, scales), row, y);
+            if (valid[r])
+                vstore_half_rte(total * vload_half(rows[r], scales), rows[r], y);
         }
 }
 
