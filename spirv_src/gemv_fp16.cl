@@ -55,9 +55,7 @@ __kernel void gemv_fp16(__global const half* x, __global const half* w, __global
         partial[sg] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (slice == 0 && lane == 0 && row < N) {
-        float total = 0.0f;
-        for (int s = 0; s < K_SPLIT; ++s)
-            total += partial[row_in_group * K_SPLIT + s];
+        const float total = xe2rt_sum_slices(partial, row_in_group, K_SPLIT);
         y[row] = convert_half(total);
     }
 }
@@ -104,9 +102,7 @@ __kernel void gemv_fp16(__global const half* x, __global const half* w, __global
     barrier(CLK_LOCAL_MEM_FENCE);
     if (slice == 0)
         for (int r = 0; r < RPT; ++r) {
-            float total = 0.0f;
-            for (int s = 0; s < K_SPLIT; ++s)
-                total += partial[(item_row + r) * K_SPLIT + s];
+            const float total = xe2rt_sum_slices(partial, item_row + r, K_SPLIT);
             if (row0 + r < N)
                 vstore_half_rte(total, row0 + r, y);
         }

@@ -174,9 +174,7 @@ INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
     barrier(CLK_LOCAL_MEM_FENCE);
     if (slice == 0 && lane == 0)
         for (int r = 0; r < RPT; ++r) {
-            float total = 0.0f;
-            for (int s = 0; s < K_SPLIT; ++s)
-                total += partial[(item_row + r) * K_SPLIT + s];
+            const float total = xe2rt_sum_slices(partial, item_row + r, K_SPLIT);
             if (row0 + r < N)
                 y[row0 + r] = convert_half(total);
         }
@@ -379,9 +377,7 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
     barrier(CLK_LOCAL_MEM_FENCE);
     if (slice == 0)
         for (int r = 0; r < RPT; ++r) {
-            float total = 0.0f;
-            for (int s = 0; s < K_SPLIT; ++s)
-                total += partial[(item_row + r) * K_SPLIT + s];
+            const float total = xe2rt_sum_slices(partial, item_row + r, K_SPLIT);
             if (has_rows && first_row + r * row_step < N)
                 vstore_half_rte(total, first_row + r * row_step, y);
         }

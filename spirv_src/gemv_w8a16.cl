@@ -63,9 +63,7 @@ __kernel void gemv_w8a16(W8_PARAMS)
         partial[sg] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (slice == 0 && lane == 0 && row < N) {
-        float total = 0.0f;
-        for (int s = 0; s < K_SPLIT; ++s)
-            total += partial[row_in_group * K_SPLIT + s];
+        const float total = xe2rt_sum_slices(partial, row_in_group, K_SPLIT);
         y[row] = convert_half(total * (float)scales[row]);
     }
 }
@@ -135,9 +133,7 @@ __kernel void gemv_w8a16(W8_PARAMS)
     barrier(CLK_LOCAL_MEM_FENCE);
     if (slice == 0)
         for (int r = 0; r < RPT; ++r) {
-            float total = 0.0f;
-            for (int s = 0; s < K_SPLIT; ++s)
-                total += partial[(item_row + r) * K_SPLIT + s];
+            const float total = xe2rt_sum_slices(partial, item_row + r, K_SPLIT);
             if (valid[r])
                 vstore_half_rte(total * vload_half(rows[r], scales), rows[r], y);
         }

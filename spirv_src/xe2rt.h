@@ -68,6 +68,15 @@ static inline int2 xe2rt_slice_range(int count, int slice, int k_split)
     return (int2)(begin, min(begin + per_slice, count));
 }
 
+/* After the barrier: the sum of one row's k_split partial sums, stored at partial[row * k_split + slice]. */
+static inline float xe2rt_sum_slices(__local const float* partial, int row, int k_split)
+{
+    float total = 0.0f;
+    for (int s = 0; s < k_split; ++s)
+        total += partial[row * k_split + s];
+    return total;
+}
+
 /* True when p is aligned for sub-group block reads (IGC's OWord block messages want 16 bytes). */
 #define XE2RT_BLOCK_ALIGNED(p) ((((ulong)(p)) & 15UL) == 0)
 
