@@ -11,7 +11,7 @@ import dpnp
 import numpy as np
 
 from .. import validate
-from ..errors import InputError
+from ..errors import InputError, InputTypeError
 from .common import ceil_div, is_xe2
 
 
@@ -21,6 +21,16 @@ def geometry(constants: dict, target: str, n: int) -> tuple[int, int, int]:
     lanes = constants["SG"] if is_xe2(target) else 1
     local = rows // constants.get("RPT", 1) * k_split * lanes
     return ceil_div(n, rows) * local, local, rows * k_split
+
+
+def check_quantized(op: str, qw, kind: type, made_by: str) -> None:
+    """qw is a `kind` whose parts agree with each other and live on a device (not numpy host arrays)."""
+    if not isinstance(qw, kind):
+        raise InputTypeError(f"{op}: qw must be a {kind.__name__} ({made_by}), got {type(qw).__name__}")
+    qw.check(op)
+    if qw.sycl_queue is None:
+        raise InputError(f"{op}: qw's parts are numpy (host) arrays; the kernel needs them on the device: "
+                         f"qw = qw.to_device(x.sycl_queue)")
 
 
 def check_decode_inputs(op: str, x, n: int, k: int, weights: dict, out) -> tuple:

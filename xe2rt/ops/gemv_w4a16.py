@@ -13,10 +13,10 @@ gemv_w4a16_alt the other; the variant is the DEQUANT_MAGIC constant in the manif
 from __future__ import annotations
 
 from .. import launch
-from ..errors import InputError, InputTypeError
+from ..errors import InputError
 from ..quant import QuantizedW4
 from .common import program_for
-from .gemv_common import check_decode_inputs, geometry, output
+from .gemv_common import check_decode_inputs, check_quantized, geometry, output
 
 OP = "gemv_w4a16"
 FAMILIES = ("gemv_w4a16", "gemv_w4a16_alt")
@@ -39,13 +39,7 @@ def program_variant(queue, target: str | None, dequant: str | None):
 
 def run(x, qw, *, out=None, target: str | None = None, dequant: str | None = None):
     """Validate, launch, and return (y, event); event is None when nothing needed launching."""
-    if not isinstance(qw, QuantizedW4):
-        raise InputTypeError(f"{OP}: qw must be a QuantizedW4 (xe2rt.quantize_w4 / from_gptq / from_awq), got "
-                             f"{type(qw).__name__}")
-    qw.check(OP)
-    if qw.sycl_queue is None:
-        raise InputError(f"{OP}: qw's parts are numpy (host) arrays; the kernel needs them on the device: "
-                         f"qw = qw.to_device(x.sycl_queue)")
+    check_quantized(OP, qw, QuantizedW4, "xe2rt.quantize_w4 / from_gptq / from_awq")
     n, k = qw.shape
     queue, y_shape = check_decode_inputs(OP, x, n, k, {"packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros},
                                          out)

@@ -9,22 +9,16 @@ reduced in SLM.
 from __future__ import annotations
 
 from .. import launch
-from ..errors import InputError, InputTypeError
 from ..quant import QuantizedW8
 from .common import program_for
-from .gemv_common import check_decode_inputs, geometry, output
+from .gemv_common import check_decode_inputs, check_quantized, geometry, output
 
 OP = "gemv_w8a16"
 
 
 def run(x, qw, *, out=None, target: str | None = None):
     """Validate, launch, and return (y, event); event is None when nothing needed launching."""
-    if not isinstance(qw, QuantizedW8):
-        raise InputTypeError(f"{OP}: qw must be a QuantizedW8 (xe2rt.quantize_w8), got {type(qw).__name__}")
-    qw.check(OP)
-    if qw.sycl_queue is None:
-        raise InputError(f"{OP}: qw's parts are numpy (host) arrays; the kernel needs them on the device: "
-                         f"qw = qw.to_device(x.sycl_queue)")
+    check_quantized(OP, qw, QuantizedW8, "xe2rt.quantize_w8")
     n, k = qw.shape
     queue, y_shape = check_decode_inputs(OP, x, n, k, {"qweight": qw.qweight, "scales": qw.scales}, out)
     program = program_for(queue, OP, target)
