@@ -26,6 +26,9 @@ from common import (KERNEL_DIR, MANIFEST, OCLOC_DEVICE, REBUILD_COMMAND, XE2_TAR
 from ocloc import Ocloc, find_ocloc  # noqa: E402
 
 REQUIRED_SIMD = 16
+# IGC adds this entry when a module carries global data (e.g. the erf built-in's constant tables); it holds the
+# module's symbol table, is never launched, and is not one of our kernels.
+IGC_SYMBOL_TABLE_PROGRAM = "Intel_Symbol_Table_Void_Program"
 
 
 def compile_and_inspect(tool: Ocloc, spv: Path, target: str, options: str, work: Path) -> dict:
@@ -46,6 +49,8 @@ def compile_and_inspect(tool: Ocloc, spv: Path, target: str, options: str, work:
     ze_info = yaml.safe_load(ze_info_path.read_text())
     kernels = {}
     for kernel in ze_info.get("kernels", []):
+        if kernel["name"] == IGC_SYMBOL_TABLE_PROGRAM:
+            continue
         env = kernel.get("execution_env", {})
         asm_path = dump / f".text.{kernel['name']}.asm"
         asm = asm_path.read_text() if asm_path.exists() else ""

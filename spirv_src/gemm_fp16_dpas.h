@@ -158,9 +158,11 @@ INLINE short8 load_a_cols_of_kn(__global const half* B, int ldb, int col0, int N
 #define ACT_NONE 0
 #define ACT_RELU 1
 #define ACT_GELU_TANH 2
+#define ACT_GELU_ERF 3
 
-/* Applied in registers to the fp32 accumulator before the single store. GELU is the tanh form:
- * 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). */
+/* Applied in registers to the fp32 accumulator before the single store. GELU comes in two forms: the tanh
+ * approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) ("gelu") and the exact erf form
+ * 0.5 x (1 + erf(x / sqrt(2))) that BERT-family models use ("gelu_erf"). */
 INLINE float epilogue(float v, float bias, int act)
 {
     v += bias;
@@ -168,6 +170,8 @@ INLINE float epilogue(float v, float bias, int act)
         v = fmax(v, 0.0f);
     else if (act == ACT_GELU_TANH)
         v = 0.5f * v * (1.0f + tanh(0.7978845608028654f * fma(0.044715f * v, v * v, v)));
+    else if (act == ACT_GELU_ERF)
+        v = 0.5f * v * (1.0f + erf(v * 0.7071067811865476f));
     return v;
 }
 

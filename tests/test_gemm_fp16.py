@@ -16,7 +16,7 @@ from xe2rt.ops import gemm_fp16 as G
 from xe2rt.reference import gemm as R
 from conftest import TARGETS, to_device
 
-EPILOGUES = [(False, None), (True, None), (True, "relu"), (True, "gelu")]  # (bias?, activation)
+EPILOGUES = [(False, None), (True, None), (True, "relu"), (True, "gelu"), (True, "gelu_erf")]  # (bias?, activation)
 BAR = 2e-2
 
 
@@ -168,7 +168,7 @@ def test_rejects_bias_of_wrong_length(operands, queue):
 
 def test_rejects_unknown_activation_and_layout(operands):
     a, b, bias, out = operands
-    with pytest.raises(xe2rt.InputError, match=r"activation must be None, 'relu' or 'gelu'.*'silu'"):
+    with pytest.raises(xe2rt.InputError, match=r"activation must be None, 'relu', 'gelu' \(tanh form\) or 'gelu_erf'.*'silu'"):
         xe2rt.gemm_fp16(a, b, activation="silu", out=out)
     with pytest.raises(xe2rt.InputError, match=r"b_layout must be 'kn'.*or 'nk'.*got 'mn'"):
         xe2rt.gemm_fp16(a, b, b_layout="mn", out=out)

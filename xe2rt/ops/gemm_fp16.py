@@ -31,7 +31,8 @@ from .common import ceil_div, is_xe2
 
 OP = "gemm_fp16"
 FAMILIES = {"native": "gemm_fp16", "xe2emu": "gemm_fp16_xe2emu"}
-ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}  # gelu is the tanh form; see gemm_fp16_dpas.h epilogue()
+# gelu is the tanh form, gelu_erf the exact erf form (BERT); see gemm_fp16_dpas.h epilogue()
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_erf": 3}
 B_LAYOUTS = ("kn", "nk")
 TILE_ROWS = (8, 16, 32)
 DPAS_K = 16
@@ -121,7 +122,8 @@ def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, tar
     if b_layout not in B_LAYOUTS:
         raise InputError(f"{OP}: b_layout must be 'kn' (b is [K, N]) or 'nk' (b is [N, K]), got {b_layout!r}")
     if activation not in ACTIVATIONS:
-        raise InputError(f"{OP}: activation must be None, 'relu' or 'gelu' (tanh form), got {activation!r}")
+        raise InputError(f"{OP}: activation must be None, 'relu', 'gelu' (tanh form) or 'gelu_erf' (exact erf "
+                         f"form), got {activation!r}")
     if variant not in FAMILIES:
         raise InputError(f"{OP}: variant must be one of {sorted(FAMILIES)}, got {variant!r}")
     validate.device_array(OP, "a", a, dtypes=[np.float16], ndims=[2])
@@ -173,6 +175,6 @@ def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, tar
 
 def gemm_fp16(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, target: str | None = None):
     """out = activation(a @ B + bias) for float16 a [M, K] and b [K, N] (b_layout="kn") or [N, K] ("nk", the usual
-    weight layout, B = b.T), optional float16 bias [N], activation None, "relu" or "gelu" (tanh form), accumulated in
+    weight layout, B = b.T), optional float16 bias [N], activation None, "relu", "gelu" (tanh form) or "gelu_erf" (erf form), accumulated in
     fp32 and rounded once to float16 [M, N] on a's queue. `target` forces a kernel target (bmg, lnl, cpu)."""
     return run(a, b, bias=bias, activation=activation, b_layout=b_layout, out=out, target=target)[0]

@@ -12,6 +12,12 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(GELU_C * (x + 0.044715 * x**3)))
 
 
+def gelu_erf(x: np.ndarray) -> np.ndarray:
+    """The exact (erf) form of GELU that BERT uses: 0.5 x (1 + erf(x / sqrt(2)))."""
+    from math import erf
+    return 0.5 * x * (1.0 + np.vectorize(erf, otypes=[np.float64])(x / np.sqrt(2.0)))
+
+
 def dense_b(b: np.ndarray, b_layout: str) -> np.ndarray:
     """B as [K, N] in float64."""
     b = np.asarray(b, dtype=np.float64)
@@ -30,6 +36,8 @@ def epilogue(pre: np.ndarray, bias=None, activation=None) -> np.ndarray:
         return np.maximum(y, 0.0)
     if activation == "gelu":
         return gelu_tanh(y)
+    if activation == "gelu_erf":
+        return gelu_erf(y)
     if activation is not None:
         raise ValueError(f"unknown activation {activation!r}")
     return y
@@ -45,7 +53,8 @@ def error_bound_from(pre, mag, k: int, *, bias=None, activation=None, out_dtype=
     and one rounding to out_dtype:
       pre-activation   e = K eps32 sum_k |a_mk b_kn| + eps32 (|a.B + bias| + |bias|)
       activation       relu is 1-Lipschitz; gelu (tanh form) has |gelu'| <= 1.13 and its fp32 evaluation adds at most
-                       8 eps32 (|x| + 1)
+                       8 eps32 (|x| + 1); gelu_erf has |gelu'| <= 1.13 too and OpenCL's erf is within 16 ulp, so its
+                       fp32 evaluation adds at most 16 eps32 (|x| + 1)
       output rounding  0.5 eps16 (|ref| + e) + the smallest fp16 subnormal
     """
     bias64 = 0.0 if bias is None else np.abs(np.asarray(bias, dtype=np.float64))
@@ -53,6 +62,8 @@ def error_bound_from(pre, mag, k: int, *, bias=None, activation=None, out_dtype=
     e = k * EPS32 * mag + EPS32 * (np.abs(x) + bias64)
     if activation == "gelu":
         e = 1.13 * e + 8 * EPS32 * (np.abs(x) + 1.0)
+    elif activation == "gelu_erf":
+        e = 1.13 * e + 16 * EPS32 * (np.abs(x) + 1.0)
     ref = epilogue(pre, bias, activation)
     out_eps = float(np.finfo(out_dtype).eps)
     return e + 0.5 * out_eps * (np.abs(ref) + e) + float(np.finfo(out_dtype).smallest_subnormal)
