@@ -10,7 +10,7 @@ from __future__ import annotations
 import dpnp
 import numpy as np
 
-from .. import validate
+from .. import launch, validate
 from ..errors import InputError, InputTypeError
 from .common import ceil_div, is_xe2
 
@@ -54,5 +54,5 @@ def output(out, y_shape: tuple, queue, n: int, k: int):
     """(y, done): y is out or a new array; done when N = 0 or K = 0 left nothing to launch (numpy's results)."""
     y = out if out is not None else dpnp.empty(y_shape, dtype=np.float16, sycl_queue=queue)
     if n and not k:
-        y.fill(0)
+        launch.host_step(lambda: y.fill(0))
     return y, n == 0 or k == 0
