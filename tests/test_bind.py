@@ -169,3 +169,22 @@ def test_env_reads_see_changes():
     finally:
         del os.environ["XE2RT_TARGET"]
     assert fastcall._env("XE2RT_TARGET") is None
+
+
+def test_reused_output_buffers_never_alias_live_results(queue, rng):
+    """Warm calls take their outputs from a pool of buffers nobody references any more: results that are kept, or
+    still being read by queued dpnp work, are never handed out again."""
+    fastcall.clear()
+    w_host = rng.standard_normal((32, 64)).astype(np.float16)
+    w = to_device(w_host, queue)
+    kept, readers = [], []
+    for step in range(200):
+        x_host = (rng.standard_normal(64) * (step % 7 + 1)).astype(np.float16)
+        y = xe2rt.gemv_fp16(to_device(x_host, queue), w)
+        if step % 10 == 0:
+            kept.append((x_host, y))
+        if step % 10 == 5:
+            readers.append((x_host, y * 1))  # a dpnp op reading y, queued; y itself is dropped
+    for x_host, y in kept + readers:
+        expect = xe2rt.ops.gemv_fp16.gemv_fp16(to_device(x_host, queue), w).asnumpy()
+        np.testing.assert_array_equal(y.asnumpy(), expect)

@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import math
 import os
+import sys
 import threading
 
 import dpctl
@@ -142,10 +143,44 @@ def _analyse(steps: list, arrays: list, result, n_out_args: int):
     return _Entry(launches, fresh, (isinstance(result, tuple), result_slots), out_arrays)
 
 
+class _OutputPool:
+    """USM buffers for the outputs of replayed calls, reused once nothing but the pool refers to them.
+
+    dpctl frees USM memory with sycl::free, which on the OpenCL runtime is a blocking free: it waits for the queued
+    kernels that may use the allocation, so a decode loop that drops each step's output would wait for the device
+    at every free. A buffer is handed out again only when its reference count shows that no array, in-flight launch
+    (launch._in_flight holds its arrays until their kernels complete) or dpnp keep-alive task still holds it, so no
+    queued work can still read or write it. Small outputs only (decode vectors), bounded in count and bytes."""
+    MAX_BYTES_EACH = 1 << 20
+    MAX_PER_SIZE = 64
+    MAX_TOTAL = 64 << 20
+
+    def __init__(self):
+        self._free: dict = {}
+        self._total = 0
+
+    def memory(self, nbytes: int, queue):
+        if nbytes > self.MAX_BYTES_EACH:
+            return dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
+        buffers = self._free.setdefault((nbytes, id(queue)), [])
+        for memory in buffers:
+            if sys.getrefcount(memory) == 3:  # the list, the loop variable and getrefcount's argument
+                return memory
+        memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
+        if len(buffers) < self.MAX_PER_SIZE and self._total + nbytes <= self.MAX_TOTAL:
+            buffers.append(memory)
+            self._total += nbytes
+        return memory
+
+
+_pool = _OutputPool()
+
+
 def _new_array(shape, dtype, queue):
     nbytes = max(1, dtype.itemsize * math.prod(shape))
-    return dpnp.ndarray._create_from_usm_ndarray(
-        dpt.usm_ndarray(shape, dtype=dtype, buffer=dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)))
+    with _entries_lock:
+        memory = _pool.memory(nbytes, queue)
+    return dpnp.ndarray._create_from_usm_ndarray(dpt.usm_ndarray(shape, dtype=dtype, buffer=memory))
 
 
 def _overlapping(entry: _Entry, arrays: list) -> bool:
