@@ -188,3 +188,19 @@ def test_reused_output_buffers_never_alias_live_results(queue, rng):
     for x_host, y in kept + readers:
         expect = xe2rt.ops.gemv_fp16.gemv_fp16(to_device(x_host, queue), w).asnumpy()
         np.testing.assert_array_equal(y.asnumpy(), expect)
+
+
+def test_output_pool_hands_out_only_unreferenced_arrays(queue):
+    """The pool's reference-count rule: a dropped result is reused; one still reachable through a view, its
+    usm_ndarray or its USM memory is not."""
+    dt = np.dtype(np.float16)
+    first = fastcall._new_array((16,), dt, queue)
+    first_id = id(first)
+    del first
+    again = fastcall._new_array((16,), dt, queue)
+    assert id(again) == first_id
+    for hold in (lambda a: a[2:], lambda a: a.get_array(), lambda a: a.get_array().usm_data):
+        held, held_id = hold(again), id(again)
+        del again
+        again = fastcall._new_array((16,), dt, queue)
+        assert id(again) != held_id, held

@@ -17,6 +17,7 @@ complete, like any launch.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -41,8 +42,11 @@ _environ_bytes = getattr(os.environ, "_data", None)
 def _env(name: str):
     """An XE2RT_* variable as it is now (os.environ's own bytes dict when CPython has one: a tenth of the cost)."""
     if _environ_bytes is not None:
-        return _environ_bytes.get(name.encode())
+        return _environ_bytes.get(_ENV_KEYS.get(name) or name.encode())
     return os.environ.get(name)
+
+
+_ENV_KEYS = {name: name.encode() for name in ("XE2RT_TARGET", "XE2RT_KERNEL_DIR")}
 
 
 def _usm(a):
@@ -144,43 +148,58 @@ def _analyse(steps: list, arrays: list, result, n_out_args: int):
 
 
 class _OutputPool:
-    """USM buffers for the outputs of replayed calls, reused once nothing but the pool refers to them.
+    """Output arrays for replayed calls, handed out again once nothing but the pool refers to them.
 
     dpctl frees USM memory with sycl::free, which on the OpenCL runtime is a blocking free: it waits for the queued
-    kernels that may use the allocation, so a decode loop that drops each step's output would wait for the device
-    at every free. A buffer is handed out again only when its reference count shows that no array, in-flight launch
-    (launch._in_flight holds its arrays until their kernels complete) or dpnp keep-alive task still holds it, so no
-    queued work can still read or write it. Small outputs only (decode vectors), bounded in count and bytes."""
+    kernels that may use the allocation, so a decode loop that drops each step's output would wait for the device at
+    every free, and building a new array costs more than the launch. An array is handed out again only when the
+    reference counts of the dpnp array, its usm_ndarray and its USM memory show that no user reference, view,
+    in-flight launch (launch._in_flight holds launched arrays until their kernels complete) or dpnp keep-alive task
+    holds any of them: then no queued work can still read or write it. Small outputs only (decode vectors), bounded in
+    count and bytes; a few candidates are looked at per call, oldest first."""
     MAX_BYTES_EACH = 1 << 20
-    MAX_PER_SIZE = 64
+    MAX_PER_SHAPE = 64
     MAX_TOTAL = 64 << 20
+    TRIES = 4
 
     def __init__(self):
-        self._free: dict = {}
+        self._arrays: dict = {}
         self._total = 0
 
-    def memory(self, nbytes: int, queue):
+    def array(self, shape, dtype, queue):
+        nbytes = max(1, dtype.itemsize * math.prod(shape))
         if nbytes > self.MAX_BYTES_EACH:
-            return dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
-        buffers = self._free.setdefault((nbytes, id(queue)), [])
-        for memory in buffers:
-            if sys.getrefcount(memory) == 3:  # the list, the loop variable and getrefcount's argument
-                return memory
-        memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
-        if len(buffers) < self.MAX_PER_SIZE and self._total + nbytes <= self.MAX_TOTAL:
-            buffers.append(memory)
+            return _fresh_array(shape, dtype, queue, nbytes)
+        ring = self._arrays.get((shape, dtype, id(queue)))
+        if ring is None:
+            ring = self._arrays[(shape, dtype, id(queue))] = collections.deque()
+        for _ in range(min(self.TRIES, len(ring))):
+            candidate = ring[0]
+            ring.rotate(-1)
+            # References when unused: the ring, `candidate` and getrefcount's argument (array); the array, `u` and
+            # the argument (usm_ndarray); the usm_ndarray and the argument (memory).
+            if sys.getrefcount(candidate) == 3:
+                u = candidate.get_array()
+                if sys.getrefcount(u) == 3 and sys.getrefcount(u.usm_data) == 2:
+                    return candidate
+        array = _fresh_array(shape, dtype, queue, nbytes)
+        if len(ring) < self.MAX_PER_SHAPE and self._total + nbytes <= self.MAX_TOTAL:
+            ring.append(array)
             self._total += nbytes
-        return memory
+        return array
+
+
+def _fresh_array(shape, dtype, queue, nbytes):
+    memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
+    return dpnp.ndarray._create_from_usm_ndarray(dpt.usm_ndarray(shape, dtype=dtype, buffer=memory))
 
 
 _pool = _OutputPool()
 
 
 def _new_array(shape, dtype, queue):
-    nbytes = max(1, dtype.itemsize * math.prod(shape))
     with _entries_lock:
-        memory = _pool.memory(nbytes, queue)
-    return dpnp.ndarray._create_from_usm_ndarray(dpt.usm_ndarray(shape, dtype=dtype, buffer=memory))
+        return _pool.array(shape, dtype, queue)
 
 
 def _overlapping(entry: _Entry, arrays: list) -> bool:
