@@ -14,65 +14,70 @@ from __future__ import annotations
 import struct
 
 MAGIC = 0x07230203
-OP_ENTRY_POINT, OP_EXECUTION_MODE, OP_DECORATE, OP_EXECUTION_MODE_ID = 15, 16, 71, 331
+OP_ENTRY_POINT, OP_EXECUTION_MODE, OP_DECORATE, OP_FUNCTION, OP_EXECUTION_MODE_ID = 15, 16, 71, 54, 331
 DECORATION_LINKAGE_ATTRIBUTES = 41
 LINKAGE_EXPORT = 0
 
 
-def _literal_string(words: tuple[int, ...], start: int) -> tuple[str, int]:
-    """(string, words it occupies) of the literal string beginning at words[start]."""
-    raw = struct.pack(f"<{len(words) - start}I", *words[start:])
-    text = raw.split(b"\0", 1)[0]
-    return text.decode("utf-8"), len(text) // 4 + 1
+def _check(spirv: bytes) -> None:
+    if len(spirv) % 4 or len(spirv) < 20:
+        raise ValueError(f"not a SPIR-V module: {len(spirv)} bytes")
+    magic = struct.unpack_from("<I", spirv, 0)[0]
+    if magic != MAGIC:
+        raise ValueError(f"not a little-endian SPIR-V module: magic 0x{magic:08x}")
 
 
-def _instructions(words: tuple[int, ...]):
-    i = 5
-    while i < len(words):
-        count, opcode = words[i] >> 16, words[i] & 0xFFFF
-        if count == 0 or i + count > len(words):
+def _literal_string(spirv: bytes, word: int) -> tuple[str, int]:
+    """(string, words it occupies) of the literal string beginning at word index `word`."""
+    end = spirv.index(b"\0", 4 * word)
+    return spirv[4 * word:end].decode("utf-8"), (end - 4 * word) // 4 + 1
+
+
+def _preamble(spirv: bytes):
+    """(opcode, first word, word count) of every instruction before the first function: entry points, execution
+    modes and decorations all live there (SPIR-V's logical layout), so the function bodies are never walked."""
+    i, n = 5, len(spirv) // 4
+    while i < n:
+        head = struct.unpack_from("<I", spirv, 4 * i)[0]
+        count, opcode = head >> 16, head & 0xFFFF
+        if count == 0 or i + count > n:
             raise ValueError(f"malformed SPIR-V: instruction at word {i} has word count {count}")
+        if opcode == OP_FUNCTION:
+            return
         yield opcode, i, count
         i += count
 
 
+def _word(spirv: bytes, index: int) -> int:
+    return struct.unpack_from("<I", spirv, 4 * index)[0]
+
+
 def entry_points(spirv: bytes) -> dict[str, int]:
     """Kernel name -> id of its entry-point function."""
-    words = _words(spirv)
-    found = {}
-    for opcode, i, _ in _instructions(words):
-        if opcode == OP_ENTRY_POINT:
-            name, _ = _literal_string(words, i + 3)
-            found[name] = words[i + 2]
-    return found
-
-
-def _words(spirv: bytes) -> tuple[int, ...]:
-    if len(spirv) % 4 or len(spirv) < 20:
-        raise ValueError(f"not a SPIR-V module: {len(spirv)} bytes")
-    words = struct.unpack(f"<{len(spirv) // 4}I", spirv)
-    if words[0] != MAGIC:
-        raise ValueError(f"not a little-endian SPIR-V module: magic 0x{words[0]:08x}")
-    return words
+    _check(spirv)
+    return {_literal_string(spirv, i + 3)[0]: _word(spirv, i + 2)
+            for opcode, i, _ in _preamble(spirv) if opcode == OP_ENTRY_POINT}
 
 
 def single_kernel(spirv: bytes, kernel: str) -> bytes:
     """The module with `kernel` as its only entry point and exported kernel function."""
-    words = _words(spirv)
     entries = entry_points(spirv)
     if kernel not in entries:
         raise KeyError(f"SPIR-V module has no kernel {kernel!r}; it has {sorted(entries)}")
     dropped_entries = {fid for name, fid in entries.items() if name != kernel}
     dropped_exports = set(entries) - {kernel}
-    kept = list(words[:5])
-    for opcode, i, count in _instructions(words):
-        if opcode == OP_ENTRY_POINT and words[i + 2] in dropped_entries:
-            continue
-        if opcode in (OP_EXECUTION_MODE, OP_EXECUTION_MODE_ID) and words[i + 1] in dropped_entries:
-            continue
-        if opcode == OP_DECORATE and words[i + 2] == DECORATION_LINKAGE_ATTRIBUTES:
-            name, used = _literal_string(words[:i + count], i + 3)
-            if words[i + 3 + used] == LINKAGE_EXPORT and name in dropped_exports:
-                continue
-        kept.extend(words[i:i + count])
-    return struct.pack(f"<{len(kept)}I", *kept)
+    pieces, kept_from = [], 0
+    for opcode, i, count in _preamble(spirv):
+        drop = False
+        if opcode == OP_ENTRY_POINT:
+            drop = _word(spirv, i + 2) in dropped_entries
+        elif opcode in (OP_EXECUTION_MODE, OP_EXECUTION_MODE_ID):
+            drop = _word(spirv, i + 1) in dropped_entries
+        elif opcode == OP_DECORATE and _word(spirv, i + 2) == DECORATION_LINKAGE_ATTRIBUTES:
+            name, used = _literal_string(spirv, i + 3)
+            drop = name in dropped_exports and _word(spirv, i + 3 + used) == LINKAGE_EXPORT
+        if drop:
+            pieces.append(spirv[kept_from:4 * i])
+            kept_from = 4 * (i + count)
+    pieces.append(spirv[kept_from:])
+    return b"".join(pieces)
