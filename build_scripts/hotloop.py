@@ -5,7 +5,8 @@ first line is `//.kernel NAME`. A loop is a label `_0_NNN:` and a later branch (
 The hot loop is picked among the innermost loops (loops that contain no other loop): the one with the most DPAS
 (ties: the fewest instructions, i.e. the fast path of a fast/careful pair); in a kernel without DPAS, the one that
 moves the most bytes by sends (ties: the most instructions). Every send that touches private memory (scratch) is
-annotated `address space: private`; they are counted in the hot loop and in the whole kernel.
+annotated `address space: private` (spill and fill sends address the scratch surface `ss[...]` without that note;
+they count as private too); they are counted in the hot loop and in the whole kernel.
 
 Bytes per send come from the LSC message shape: `dNN[uMM]xV[t]` moves NN/8 bytes x V per lane (x the execution size
 unless transposed, `t`, which is one block for the whole sub-group); 2D block loads (`load_block2d`) move their
@@ -41,7 +42,8 @@ def _kernel_name(text: str) -> str | None:
 
 def _send_info(line: str) -> dict | None:
     """Kind and bytes of one send instruction, or None if the line is no memory send."""
-    private = "address space: private" in line
+    # Scratch (`ss[...]`) is private memory too: spill/fill sends carry no address-space note.
+    private = "address space: private" in line or " ss[" in line
     m = LSC.match(line)
     if m:
         op, space, shape, exec_size, first, second, third = m.groups()

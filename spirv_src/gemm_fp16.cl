@@ -16,51 +16,167 @@
  *    16 KN_NJ columns per packet, K in KN_KB chunks staged as fp32 in local memory; kn_w1/w2/w4 (M <= 4) stream B.
  */
 #include "gemm_fp16_dpas.h"
+#include "block2d.h"
 
 #if XE2_SHAPE
 
-#define MAX_MB 4
-#define NB (SG_N / DPAS_SG)
-
-/* One 16-wide K step of the sub-group tile. Fast: MB A operands by block reads, then per 16-column block one B operand
- * and MB DPAS. Careful (bounds-checked per lane): A reloaded per column block, so only one A and one B operand are
- * live beside the accumulators (the m32 tile spilled otherwise). */
-INLINE void gemm_step(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0, int col0,
-                      int lane, float8 acc[MAX_MB][NB], const int MB, const bool b_nk, const bool fast)
-{
-    if (!fast) {
-        for (int nb = 0; nb < NB; ++nb) {
-            const int c0 = col0 + nb * DPAS_SG;
-            const int8 b = b_nk ? load_rows_vnni(B, K, c0, N, k0, K, lane, false)
-                                : load_b_kn(B, N, c0, N, k0, K, lane, false);
-            for (int mb = 0; mb < MB; ++mb)
-                acc[mb][nb] = DPAS(load_a_rows(A, K, row0 + mb * DPAS_M, M, k0, K, lane, false), b, acc[mb][nb]);
-        }
-        return;
-    }
-    short8 a[MAX_MB];
-    for (int mb = 0; mb < MB; ++mb)
-        a[mb] = load_a_rows(A, K, row0 + mb * DPAS_M, M, k0, K, lane, true);
-#if NB == 4
-    if (!b_nk) {
-        int8 b[4];
-        load_b_kn_x4(B, N, col0, k0, b);
-        for (int nb = 0; nb < NB; ++nb)
-            for (int mb = 0; mb < MB; ++mb)
-                acc[mb][nb] = DPAS(a[mb], b[nb], acc[mb][nb]);
-        return;
-    }
+#if SG_N != 64
+#error "the Xe2 GEMM tiles are 64 columns wide (4 DPAS column blocks)"
 #endif
-    for (int nb = 0; nb < NB; ++nb) {
-        const int c0 = col0 + nb * DPAS_SG;
-        const int8 b = b_nk ? load_rows_vnni(B, K, c0, N, k0, K, lane, true) : load_b_kn(B, N, c0, N, k0, K, lane, true);
-        for (int mb = 0; mb < MB; ++mb)
-            acc[mb][nb] = DPAS(a[mb], b, acc[mb][nb]);
+#define MAX_MB 4
+#define NB 4
+#define K2D 32 /* K per step of the 2D-block kernels: two DPAS K blocks per load */
+#ifndef PF_STEPS
+#define PF_STEPS 2 /* how many K steps ahead the 2D-block kernels prefetch */
+#endif
+
+/* Accumulators stay in registers only if every index into them is a constant after unrolling (a runtime index, or a
+ * loop IGC does not unroll, sends the whole tile to private memory: 16 KB of scratch traffic per 16 DPAS on m32).
+ * Hence fixed-size arrays, loops over MAX_MB / NB with `unroll`, and `mb < MB` tests that fold per kernel. */
+#define UNROLL _Pragma("unroll")
+
+/* The C column this lane holds in accumulator column block nb. The 2D nk loads give each lane two adjacent B rows
+ * (read_transpose_32b_32r8x1c), so there block nb = 2 g + j holds columns col0 + 32 g + 2 lane + j; elsewhere
+ * block nb holds col0 + 16 nb + lane. DPAS does not care which column a lane holds, only the store does. */
+INLINE int acc_col(int col0, int nb, int lane, bool pairs)
+{
+    return pairs ? col0 + 32 * (nb >> 1) + 2 * lane + (nb & 1) : col0 + DPAS_SG * nb + lane;
+}
+
+INLINE int8 gather8(const uint* v, int first, int stride)
+{
+    return as_int8((uint8)(v[first], v[first + stride], v[first + 2 * stride], v[first + 3 * stride],
+                           v[first + 4 * stride], v[first + 5 * stride], v[first + 6 * stride], v[first + 7 * stride]));
+}
+
+/* One K step of 32 with 2D block loads. A: one read of TM rows x 32 k (two 16-column blocks): a[kh TM + r] is row r,
+ * k = k0 + 16 kh + lane, i.e. component r % 8 of the DPAS A operand of row block r / 8. B (kn): two transform reads of
+ * 32 k x 32 columns give VNNI pairs directly: b[16 nb + 8 kh + t] = (B[k0 + 16 kh + 2t][c], B[.. + 1][c]).
+ * B (nk): four transposed 32-bit reads of 32 B rows x 16 k (8 pairs): lane l gets rows 2l and 2l + 1, pairs
+ * interleaved, b[16 (2g + kh) + 2t + j]. Out-of-bounds elements read as zero, so M, N and K tails need no code.
+ * Then prefetch this sub-group's A rows and one half of its B tile PF_STEPS steps ahead (the other half is taken by
+ * the neighbouring sub-group row of the work-group). */
+INLINE void step_2d(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0, int col0,
+                    float8 acc[MAX_MB][NB], const int MB, const bool b_nk, int pf_half)
+{
+    const int tm = MB * DPAS_M;
+    ushort a[MAX_MB * DPAS_M * 2];
+    uint b[64];
+    const int2 ca = (int2)(k0, row0);
+    if (MB == 1)
+        B2D_READ_16B(8, 2, A, 2 * K, M, 2 * K, ca, a);
+    else if (MB == 2)
+        B2D_READ_16B(16, 2, A, 2 * K, M, 2 * K, ca, a);
+    else
+        B2D_READ_16B(32, 2, A, 2 * K, M, 2 * K, ca, a);
+    if (!b_nk) {
+        const int2 c0 = (int2)(col0, k0);
+        const int2 c1 = (int2)(col0 + 32, k0);
+        B2D_READ_TRANSFORM_16B(32, 2, B, 2 * N, K, 2 * N, c0, b);
+        B2D_READ_TRANSFORM_16B(32, 2, B, 2 * N, K, 2 * N, c1, (b + 32));
+    } else {
+        UNROLL for (int g = 0; g < 2; ++g) UNROLL for (int kh = 0; kh < 2; ++kh) {
+            const int2 c = (int2)((k0 + DPAS_K * kh) / 2, col0 + 32 * g);
+            B2D_READ_TRANSPOSE_32B_32R8(B, 2 * K, N, 2 * K, c, (b + 16 * (2 * g + kh)));
+        }
+    }
+    const int kp = k0 + PF_STEPS * K2D;
+    const int2 pa = (int2)(kp, row0);
+    if (MB == 1)
+        B2D_PREFETCH_16B(8, 2, A, 2 * K, M, 2 * K, pa);
+    else if (MB == 2)
+        B2D_PREFETCH_16B(16, 2, A, 2 * K, M, 2 * K, pa);
+    else
+        B2D_PREFETCH_16B(32, 2, A, 2 * K, M, 2 * K, pa);
+    const int2 pb = b_nk ? (int2)(kp, col0 + 32 * pf_half) : (int2)(col0 + 32 * pf_half, kp);
+    B2D_PREFETCH_16B(32, 2, B, b_nk ? 2 * K : 2 * N, b_nk ? N : K, b_nk ? 2 * K : 2 * N, pb);
+
+    UNROLL for (int kh = 0; kh < 2; ++kh) UNROLL for (int nb = 0; nb < NB; ++nb) {
+        const int8 bv = b_nk ? gather8(b, 16 * (2 * (nb >> 1) + kh) + (nb & 1), 2) : gather8(b, 16 * nb + 8 * kh, 1);
+        UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) {
+            const int r = kh * tm + DPAS_M * mb;
+            const short8 av = as_short8((ushort8)(a[r], a[r + 1], a[r + 2], a[r + 3], a[r + 4], a[r + 5], a[r + 6],
+                                                  a[r + 7]));
+            acc[mb][nb] = DPAS(av, bv, acc[mb][nb]);
+        }
     }
 }
 
+/* nk with 16 or 32 rows, swapped orientation (seed 001 usage 2): C^T = B^T A^T, so the weights b[N, K] are the DPAS
+ * A operand, read as plain 16-bit blocks (two reads of 32 rows x 32 k: w[32 c + r] = b[col0 + 32 h + r][k0 + 16 c +
+ * lane]), and A is the VNNI operand with lane = row, from transposed 32-bit reads (16 rows x 8 k pairs each). The
+ * accumulator for (16-row block mh, 8-column block n8) holds, in lane l, C[row0 + 16 mh + l][col0 + 8 n8 + i] as
+ * component i; it is stored at acc[mb][nb] with 4 mb + nb = 8 mh + n8. Per 32 k: 2 + MB reads for 8 MB DPAS, where
+ * the usual orientation needs 8 transposed B messages (IGC splits each 32-row transposed read in two). */
+INLINE void step_2d_nk_swapped(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0,
+                               int col0, float8 acc[MAX_MB][NB], const int MB, int pf_half)
+{
+    ushort w[128];
+    uint x[4][8];
+    const int2 cw0 = (int2)(k0, col0);
+    const int2 cw1 = (int2)(k0, col0 + 32);
+    B2D_READ_16B(32, 2, B, 2 * K, N, 2 * K, cw0, w);
+    B2D_READ_16B(32, 2, B, 2 * K, N, 2 * K, cw1, (w + 64));
+    UNROLL for (int mh = 0; mh < 2; ++mh) if (2 * mh < MB) UNROLL for (int kh = 0; kh < 2; ++kh) {
+        const int2 c = (int2)((k0 + DPAS_K * kh) / 2, row0 + 16 * mh);
+        B2D_READ_TRANSPOSE_32B_16R8(A, 2 * K, M, 2 * K, c, x[2 * mh + kh]);
+    }
+    const int kp = k0 + PF_STEPS * K2D;
+    const int2 pa = (int2)(kp, row0);
+    if (MB == 2)
+        B2D_PREFETCH_16B(16, 2, A, 2 * K, M, 2 * K, pa);
+    else
+        B2D_PREFETCH_16B(32, 2, A, 2 * K, M, 2 * K, pa);
+    const int2 pb = (int2)(kp, col0 + 32 * pf_half);
+    B2D_PREFETCH_16B(32, 2, B, 2 * K, N, 2 * K, pb);
+
+    UNROLL for (int kh = 0; kh < 2; ++kh) UNROLL for (int n8 = 0; n8 < 8; ++n8) {
+        const int r = 64 * (n8 >> 2) + 32 * kh + DPAS_M * (n8 & 3);
+        const short8 wv = as_short8((ushort8)(w[r], w[r + 1], w[r + 2], w[r + 3], w[r + 4], w[r + 5], w[r + 6],
+                                              w[r + 7]));
+        UNROLL for (int mh = 0; mh < 2; ++mh) if (2 * mh < MB) {
+            const int e = 8 * mh + n8;
+            acc[e >> 2][e & 3] = DPAS(wv, as_int8(vload8(0, x[2 * mh + kh])), acc[e >> 2][e & 3]);
+        }
+    }
+}
+
+/* One 16-wide K step of the fallback kernels (operands that break the 2D block rules). Fast: sub-group block reads
+ * (16-byte aligned rows, full step, and for kn the 64 columns in bounds); careful: per-lane bounds-checked loads with
+ * zero fill. */
+INLINE void step_1d(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0, int col0,
+                    int lane, float8 acc[MAX_MB][NB], const int MB, const bool b_nk, const bool fast)
+{
+    short8 a[MAX_MB];
+    if (!fast) {
+        /* A once, then one B operand at a time beside the accumulators. */
+        UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB)
+            a[mb] = load_a_rows(A, K, row0 + mb * DPAS_M, M, k0, K, lane, false);
+        UNROLL for (int nb = 0; nb < NB; ++nb) {
+            const int c0 = col0 + nb * DPAS_SG;
+            const int8 b = b_nk ? load_rows_vnni(B, K, c0, N, k0, K, lane, false)
+                                : load_b_kn(B, N, c0, N, k0, K, lane, false);
+            UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB)
+                acc[mb][nb] = DPAS(a[mb], b, acc[mb][nb]);
+        }
+        return;
+    }
+    int8 b[NB];
+    UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB)
+        a[mb] = load_a_rows(A, K, row0 + mb * DPAS_M, M, k0, K, lane, true);
+    if (!b_nk) {
+        load_b_kn_x4(B, N, col0, k0, b);
+    } else {
+        UNROLL for (int nb = 0; nb < NB; ++nb)
+            b[nb] = load_rows_vnni(B, K, col0 + nb * DPAS_SG, N, k0, K, lane, true);
+    }
+    UNROLL for (int nb = 0; nb < NB; ++nb) UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB)
+        acc[mb][nb] = DPAS(a[mb], b[nb], acc[mb][nb]);
+}
+
 INLINE void gemm_xe2(__global const half* A, __global const half* B, __global const half* bias, __global half* C,
-                     int M, int N, int K, int has_bias, int act, __local float* partial, const int MB, const bool b_nk)
+                     int M, int N, int K, int has_bias, int act, __local float* partial, const int MB, const bool b_nk,
+                     const bool use_2d)
 {
     const int lane = get_sub_group_local_id();
     const int sg_n = get_local_id(0) / DPAS_SG;
@@ -74,72 +190,88 @@ INLINE void gemm_xe2(__global const half* A, __global const half* B, __global co
     const int col0 = (get_group_id(0) * sgs_n + sg_n) * SG_N;
 
     float8 acc[MAX_MB][NB];
-    for (int mb = 0; mb < MB; ++mb)
-        for (int nb = 0; nb < NB; ++nb)
-            acc[mb][nb] = 0.0f;
+    UNROLL for (int mb = 0; mb < MAX_MB; ++mb) UNROLL for (int nb = 0; nb < NB; ++nb)
+        acc[mb][nb] = 0.0f;
 
-    /* This slice's range of 16-wide K steps; the last (partial) step always takes the bounds-checked loads. */
-    const int steps = (K + DPAS_K - 1) / DPAS_K;
-    const int per_slice = (steps + slices - 1) / slices;
-    const int s_begin = min(slice * per_slice, steps);
-    const int s_end = min(s_begin + per_slice, steps);
-    const int full_end = min(s_end, K / DPAS_K);
-    const bool a_ok = XE2RT_BLOCK_ALIGNED(A) && (K % 8 == 0);
-    const bool b_ok = b_nk ? ((((ulong)B) & 3UL) == 0 && (K % 2 == 0))
-                           : (XE2RT_BLOCK_ALIGNED(B) && (N % 8 == 0) && (col0 + SG_N <= N));
-    const bool fast = a_ok && b_ok;
-
+    /* This slice's range of K steps (32 wide with 2D loads, else 16). */
+    const int kstep = use_2d ? K2D : DPAS_K;
+    const int steps = (K + kstep - 1) / kstep;
+    const int2 range = xe2rt_slice_range(steps, slice, slices);
     if (row0 < M && col0 < N) {
-        /* Block-read steps first, then the bounds-checked ones (K tail, unaligned operands, N edge of kn). Two loops
-         * rather than a per-step choice keep one set of loads live at a time. */
-        const int fast_end = fast ? max(full_end, s_begin) : s_begin;
-        for (int s = s_begin; s < fast_end; ++s)
-            gemm_step(A, B, M, N, K, s * DPAS_K, row0, col0, lane, acc, MB, b_nk, true);
-        for (int s = fast_end; s < s_end; ++s)
-            gemm_step(A, B, M, N, K, s * DPAS_K, row0, col0, lane, acc, MB, b_nk, false);
+        if (use_2d) {
+            if (b_nk && MB > 1)
+                for (int s = range.s0; s < range.s1; ++s)
+                    step_2d_nk_swapped(A, B, M, N, K, s * K2D, row0, col0, acc, MB, sg_m & 1);
+            else
+                for (int s = range.s0; s < range.s1; ++s)
+                    step_2d(A, B, M, N, K, s * K2D, row0, col0, acc, MB, b_nk, sg_m & 1);
+        } else {
+            /* Block-read steps first, then the bounds-checked ones (K tail, unaligned operands, N edge of kn). Two
+             * loops rather than a per-step choice keep one set of loads live at a time. */
+            const bool a_ok = XE2RT_BLOCK_ALIGNED(A) && (K % 8 == 0);
+            const bool b_ok = b_nk ? ((((ulong)B) & 3UL) == 0 && (K % 2 == 0))
+                                   : (XE2RT_BLOCK_ALIGNED(B) && (N % 8 == 0) && (col0 + SG_N <= N));
+            const int full_end = min(range.s1, K / DPAS_K);
+            const int fast_end = (a_ok && b_ok) ? max(full_end, range.s0) : range.s0;
+            for (int s = range.s0; s < fast_end; ++s)
+                step_1d(A, B, M, N, K, s * DPAS_K, row0, col0, lane, acc, MB, b_nk, true);
+            for (int s = fast_end; s < range.s1; ++s)
+                step_1d(A, B, M, N, K, s * DPAS_K, row0, col0, lane, acc, MB, b_nk, false);
+        }
     }
 
     if (slices > 1) {
-        /* Slices 1.. park their tiles in SLM, slice 0 adds them in slice order. Every work-item reaches the barrier. */
-        const int tile = tile_m * SG_N;
+        /* Slices 1.. park their tiles in SLM (one float8 per lane and accumulator), slice 0 adds them in slice order.
+         * Every work-item reaches the barrier. */
+        const int tile_vecs = MB * NB * DPAS_SG;
         const int sg_linear = sg_m * sgs_n + sg_n;
         if (slice > 0) {
-            __local float* dst = partial + ((slice - 1) * sgs_m * sgs_n + sg_linear) * tile;
-            for (int mb = 0; mb < MB; ++mb)
-                for (int nb = 0; nb < NB; ++nb)
-                    for (int i = 0; i < DPAS_M; ++i)
-                        dst[((mb * NB + nb) * DPAS_M + i) * DPAS_SG + lane] = ((float*)&acc[mb][nb])[i];
+            __local float* dst = partial + ((slice - 1) * sgs_m * sgs_n + sg_linear) * tile_vecs * DPAS_M;
+            UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) UNROLL for (int nb = 0; nb < NB; ++nb)
+                vstore8(acc[mb][nb], (mb * NB + nb) * DPAS_SG + lane, dst);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (slice == 0)
             for (int s = 1; s < slices; ++s) {
-                __local const float* src = partial + ((s - 1) * sgs_m * sgs_n + sg_linear) * tile;
-                for (int mb = 0; mb < MB; ++mb)
-                    for (int nb = 0; nb < NB; ++nb)
-                        for (int i = 0; i < DPAS_M; ++i)
-                            ((float*)&acc[mb][nb])[i] += src[((mb * NB + nb) * DPAS_M + i) * DPAS_SG + lane];
+                __local const float* src = partial + ((s - 1) * sgs_m * sgs_n + sg_linear) * tile_vecs * DPAS_M;
+                UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) UNROLL for (int nb = 0; nb < NB; ++nb)
+                    acc[mb][nb] += vload8((mb * NB + nb) * DPAS_SG + lane, src);
             }
     }
-    if (slice == 0 && row0 < M && col0 < N)
-        for (int mb = 0; mb < MB; ++mb)
-            for (int nb = 0; nb < NB; ++nb)
-                store_tile(C, N, row0 + mb * DPAS_M, M, col0 + nb * DPAS_SG, N, lane, acc[mb][nb], bias, has_bias, act);
+    if (slice == 0 && row0 < M && col0 < N) {
+        if (use_2d && b_nk && MB > 1) { /* swapped: lane = row, component = column */
+            UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) UNROLL for (int nb = 0; nb < NB; ++nb)
+                store_row_at(C, N, row0 + 16 * (mb >> 1) + lane, M, col0 + DPAS_M * (4 * (mb & 1) + nb), N,
+                             acc[mb][nb], bias, has_bias, act);
+        } else {
+            UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) UNROLL for (int nb = 0; nb < NB; ++nb)
+                store_tile_at(C, N, row0 + mb * DPAS_M, M, acc_col(col0, nb, lane, use_2d && b_nk), N, acc[mb][nb],
+                              bias, has_bias, act);
+        }
+    }
 }
 
-#define GEMM_XE2_KERNEL(NAME, MB, B_NK)                                                                              \
+#define GEMM_XE2_KERNEL(NAME, MB, B_NK, USE_2D)                                                                      \
     XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \
     __kernel void NAME(__global const half* A, __global const half* B, __global const half* bias, __global half* C, \
                        int M, int N, int K, int has_bias, int act, __local float* partial)                          \
     {                                                                                                              \
-        gemm_xe2(A, B, bias, C, M, N, K, has_bias, act, partial, MB, B_NK);                                       \
+        gemm_xe2(A, B, bias, C, M, N, K, has_bias, act, partial, MB, B_NK, USE_2D);                               \
     }
 
-GEMM_XE2_KERNEL(gemm_fp16_kn_m8, 1, false)
-GEMM_XE2_KERNEL(gemm_fp16_kn_m16, 2, false)
-GEMM_XE2_KERNEL(gemm_fp16_kn_m32, 4, false)
-GEMM_XE2_KERNEL(gemm_fp16_nk_m8, 1, true)
-GEMM_XE2_KERNEL(gemm_fp16_nk_m16, 2, true)
-GEMM_XE2_KERNEL(gemm_fp16_nk_m32, 4, true)
+/* 2D block loads: operands that meet the rules of block2d.h. */
+GEMM_XE2_KERNEL(gemm_fp16_kn_m8_2d, 1, false, true)
+GEMM_XE2_KERNEL(gemm_fp16_kn_m16_2d, 2, false, true)
+GEMM_XE2_KERNEL(gemm_fp16_kn_m32_2d, 4, false, true)
+GEMM_XE2_KERNEL(gemm_fp16_nk_m8_2d, 1, true, true)
+GEMM_XE2_KERNEL(gemm_fp16_nk_m16_2d, 2, true, true)
+GEMM_XE2_KERNEL(gemm_fp16_nk_m32_2d, 4, true, true)
+/* Fallback: sub-group block reads and per-lane loads, any alignment; tiles up to 16 rows (a 32-row tile's per-lane
+ * row addresses do not fit beside its accumulators: the kn m32 fallback spilled). */
+GEMM_XE2_KERNEL(gemm_fp16_kn_m8, 1, false, false)
+GEMM_XE2_KERNEL(gemm_fp16_kn_m16, 2, false, false)
+GEMM_XE2_KERNEL(gemm_fp16_nk_m8, 1, true, false)
+GEMM_XE2_KERNEL(gemm_fp16_nk_m16, 2, true, false)
 
 #else /* CPU shape */
 
