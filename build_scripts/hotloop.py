@@ -10,7 +10,7 @@ they count as private too); they are counted in the hot loop and in the whole ke
 
 Bytes per send come from the LSC message shape: `dNN[uMM]xV[t]` moves NN/8 bytes x V per lane (x the execution size
 unless transposed, `t`, which is one block for the whole sub-group); 2D block loads (`load_block2d`) move their
-destination's GRFs (64 bytes each); prefetches (`.ca.ca` block2d with a null destination, or `prefetch`) move nothing
+destination's GRFs (64 bytes each; a 2 KB block shows as 31, the largest response length, and counts as 32); prefetches (`.ca.ca` block2d with a null destination, or `prefetch`) move nothing
 into registers and are counted apart; legacy `send` messages take their `rd:`/`wr:` GRF counts. Gateway messages
 (barrier, end of thread) are not sends here.
 
@@ -52,7 +52,9 @@ def _send_info(line: str) -> dict | None:
         if is_block2d:
             dst = first
             regs = REGS.match(dst)
-            nbytes = int(regs.group(1)) * GRF_BYTES if regs and not dst.startswith("null") else 0
+            # A response length field holds at most 31 GRFs: a full 32-GRF block (2 KB) is encoded as 31.
+            nbytes = min(32, int(regs.group(1)) + (int(regs.group(1)) == 31)) * GRF_BYTES \
+                if regs and not dst.startswith("null") else 0
             kind = "prefetch" if nbytes == 0 else ("load" if op.startswith("load") else "store")
             if kind == "store":
                 regs = REGS.search(line.split("]", 1)[-1])

@@ -163,15 +163,22 @@ INLINE short8 load_a_cols_of_kn(__global const half* B, int ldb, int col0, int N
 /* Applied in registers to the fp32 accumulator before the single store. GELU comes in two forms: the tanh
  * approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) ("gelu") and the exact erf form
  * 0.5 x (1 + erf(x / sqrt(2))) that BERT-family models use ("gelu_erf"). */
+/* The GELU forms out of line: a 32 x 64 tile stores 128 values per lane, and inlining tanh / erf at each of them made
+ * the GEMM binary take ~10 s of ocloc time per target. A scalar call keeps its arguments in registers. */
+static __attribute__((noinline)) float gelu(float v, int act)
+{
+    if (act == ACT_GELU_TANH)
+        return 0.5f * v * (1.0f + tanh(0.7978845608028654f * fma(0.044715f * v, v * v, v)));
+    return 0.5f * v * (1.0f + erf(v * 0.7071067811865476f));
+}
+
 INLINE float epilogue(float v, float bias, int act)
 {
     v += bias;
     if (act == ACT_RELU)
         v = fmax(v, 0.0f);
-    else if (act == ACT_GELU_TANH)
-        v = 0.5f * v * (1.0f + tanh(0.7978845608028654f * fma(0.044715f * v, v * v, v)));
-    else if (act == ACT_GELU_ERF)
-        v = 0.5f * v * (1.0f + erf(v * 0.7071067811865476f));
+    else if (act == ACT_GELU_TANH || act == ACT_GELU_ERF)
+        v = gelu(v, act);
     return v;
 }
 
