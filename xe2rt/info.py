@@ -44,7 +44,9 @@ def info(device: dpctl.SyclDevice | str | None = None) -> dict:
         binaries[key] = {"sha256": entry["sha256"], "kernels": sorted(entry["kernels"]), "constants": entry["constants"],
                          "aot": entry.get("aot")}
     from . import __version__
+    from .bench import xe2_static
     return {
+        "hot_loops": xe2_static.rows_from_manifest(manifest),
         "version": __version__,
         "forced_target": config.forced_target(),
         "ocl_icd_filenames": os.environ.get("OCL_ICD_FILENAMES"),
@@ -68,9 +70,13 @@ def format_info(data: dict) -> str:
             simd = "/".join(sorted({f"SIMD{k['simd_size']}" for k in ks}))
             grf = "/".join(sorted({str(k["grf_count"]) for k in ks}))
             with_dpas = sum(1 for k in ks if k["dpas_instructions"])
+            private = sum(k.get("private_sends", 0) for k in ks)
             detail = (f"{len(ks)} kernels, {simd}, GRF {grf}, max spill {max(k['spill_size'] for k in ks)} B, "
-                      f"DPAS in {with_dpas}  (ocloc {aot['ocloc']}, -device {aot['device']})")
+                      f"private sends {private}, DPAS in {with_dpas}  (ocloc {aot['ocloc']}, -device {aot['device']})")
         else:
             detail = f"{len(b['kernels'])} kernels"
         lines.append(f"  {key:28s} {b['sha256'][:12]}  {detail}")
+    if data.get("hot_loops"):
+        from .bench import xe2_static
+        lines += ["", xe2_static.format_table(data["hot_loops"])]
     return "\n".join(lines)

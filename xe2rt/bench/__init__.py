@@ -10,3 +10,6 @@ FAMILIES = {
     "gemv_w8a16": "xe2rt.bench.gemv_w8a16",
     "softmax_topk": "xe2rt.bench.routing",
 }
+# Not a timed family: the static hot-loop table of every bmg/lnl kernel (ocloc ISA + estimated ceilings per chip),
+# printed by `python -m xe2rt bench` after the timed table.
+STATIC_TABLE = "xe2rt.bench.xe2_static"
