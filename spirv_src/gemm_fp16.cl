@@ -49,96 +49,118 @@ INLINE int8 gather8(const uint* v, int first, int stride)
                            v[first + 4 * stride], v[first + 5 * stride], v[first + 6 * stride], v[first + 7 * stride]));
 }
 
-/* One K step of 32 with 2D block loads. A: one read of TM rows x 32 k (two 16-column blocks): a[kh TM + r] is row r,
- * k = k0 + 16 kh + lane, i.e. component r % 8 of the DPAS A operand of row block r / 8. B (kn): two transform reads of
- * 32 k x 32 columns give VNNI pairs directly: b[16 nb + 8 kh + t] = (B[k0 + 16 kh + 2t][c], B[.. + 1][c]).
- * B (nk): four transposed 32-bit reads of 32 B rows x 16 k (8 pairs): lane l gets rows 2l and 2l + 1, pairs
- * interleaved, b[16 (2g + kh) + 2t + j]. Out-of-bounds elements read as zero, so M, N and K tails need no code.
- * Then prefetch this sub-group's A rows and one half of its B tile PF_STEPS steps ahead (the other half is taken by
- * the neighbouring sub-group row of the work-group). */
+/* One K step of 32 with 2D block loads, in `parts` pieces of K (2 for 32-row tiles: a 32 x 64 x 32 step's operands
+ * are 96 registers beside the 128 of the accumulators, and the software-DPAS build of the same kernel then spilled;
+ * halves keep 48). A: one read of TM rows x 32 / parts k: a[16 kh TM / 16 + r] ... i.e. a[kh TM + r] is row r,
+ * k = kp + 16 kh + lane, component r % 8 of the DPAS A operand of row block r / 8. B (kn): transform reads give VNNI
+ * pairs directly: per 32 columns g, 32 / parts k rows; b[16 nb / parts + 8 kh + t] = (B[kp + 16 kh + 2t][c],
+ * B[.. + 1][c]). B (nk, 8-row tiles): transposed 32-bit reads of 32 B rows x 16 k (8 pairs): lane l gets rows 2l and
+ * 2l + 1, pairs interleaved, b[16 (2g + kh) + 2t + j]. Out-of-bounds elements read as zero, so M, N and K tails need
+ * no code. Then prefetch this sub-group's A rows and one half of its B tile PF_STEPS steps ahead (the other half is
+ * taken by the neighbouring sub-group row of the work-group). */
 INLINE void step_2d(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0, int col0,
                     float8 acc[MAX_MB][NB], const int MB, const bool b_nk, int pf_half)
 {
     const int tm = MB * DPAS_M;
-    ushort a[MAX_MB * DPAS_M * 2];
-    uint b[64];
-    const int2 ca = (int2)(k0, row0);
-    if (MB == 1)
-        B2D_READ_16B(8, 2, A, 2 * K, M, 2 * K, ca, a);
-    else if (MB == 2)
-        B2D_READ_16B(16, 2, A, 2 * K, M, 2 * K, ca, a);
-    else
-        B2D_READ_16B(32, 2, A, 2 * K, M, 2 * K, ca, a);
-    if (!b_nk) {
-        const int2 c0 = (int2)(col0, k0);
-        const int2 c1 = (int2)(col0 + 32, k0);
-        B2D_READ_TRANSFORM_16B(32, 2, B, 2 * N, K, 2 * N, c0, b);
-        B2D_READ_TRANSFORM_16B(32, 2, B, 2 * N, K, 2 * N, c1, (b + 32));
-    } else {
-        UNROLL for (int g = 0; g < 2; ++g) UNROLL for (int kh = 0; kh < 2; ++kh) {
-            const int2 c = (int2)((k0 + DPAS_K * kh) / 2, col0 + 32 * g);
-            B2D_READ_TRANSPOSE_32B_32R8(B, 2 * K, N, 2 * K, c, (b + 16 * (2 * g + kh)));
+    const int parts = MB == 4 ? 2 : 1;
+    UNROLL for (int p = 0; p < 2; ++p) if (p < parts) {
+        const int kp = k0 + p * DPAS_K;
+        const int khs = 2 / parts; /* 16-wide K blocks in this part */
+        ushort a[MAX_MB * DPAS_M * 2];
+        uint b[64];
+        const int2 ca = (int2)(kp, row0);
+        if (MB == 1)
+            B2D_READ_16B(8, 2, A, 2 * K, M, 2 * K, ca, a);
+        else if (MB == 2)
+            B2D_READ_16B(16, 2, A, 2 * K, M, 2 * K, ca, a);
+        else
+            B2D_READ_16B(32, 1, A, 2 * K, M, 2 * K, ca, a);
+        if (!b_nk) {
+            const int2 c0 = (int2)(col0, kp);
+            const int2 c1 = (int2)(col0 + 32, kp);
+            if (parts == 1) {
+                B2D_READ_TRANSFORM_16B(32, 2, B, 2 * N, K, 2 * N, c0, b);
+                B2D_READ_TRANSFORM_16B(32, 2, B, 2 * N, K, 2 * N, c1, (b + 32));
+            } else {
+                B2D_READ_TRANSFORM_16B(16, 2, B, 2 * N, K, 2 * N, c0, b);
+                B2D_READ_TRANSFORM_16B(16, 2, B, 2 * N, K, 2 * N, c1, (b + 16));
+            }
+        } else {
+            UNROLL for (int g = 0; g < 2; ++g) UNROLL for (int kh = 0; kh < 2; ++kh) {
+                const int2 c = (int2)((k0 + DPAS_K * kh) / 2, col0 + 32 * g);
+                B2D_READ_TRANSPOSE_32B_32R8(B, 2 * K, N, 2 * K, c, (b + 16 * (2 * g + kh)));
+            }
+        }
+        UNROLL for (int kh = 0; kh < 2; ++kh) if (kh < khs) UNROLL for (int nb = 0; nb < NB; ++nb) {
+            const int8 bv = b_nk ? gather8(b, 16 * (2 * (nb >> 1) + kh) + (nb & 1), 2)
+                                 : gather8(b, 16 / parts * nb + 8 * kh, 1);
+            UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) {
+                const int r = kh * tm + DPAS_M * mb;
+                const short8 av = as_short8((ushort8)(a[r], a[r + 1], a[r + 2], a[r + 3], a[r + 4], a[r + 5],
+                                                      a[r + 6], a[r + 7]));
+                acc[mb][nb] = DPAS(av, bv, acc[mb][nb]);
+            }
         }
     }
-    const int kp = k0 + PF_STEPS * K2D;
-    const int2 pa = (int2)(kp, row0);
+    const int kf = k0 + PF_STEPS * K2D;
+    const int2 pa = (int2)(kf, row0);
     if (MB == 1)
         B2D_PREFETCH_16B(8, 2, A, 2 * K, M, 2 * K, pa);
     else if (MB == 2)
         B2D_PREFETCH_16B(16, 2, A, 2 * K, M, 2 * K, pa);
     else
         B2D_PREFETCH_16B(32, 2, A, 2 * K, M, 2 * K, pa);
-    const int2 pb = b_nk ? (int2)(kp, col0 + 32 * pf_half) : (int2)(col0 + 32 * pf_half, kp);
+    const int2 pb = b_nk ? (int2)(kf, col0 + 32 * pf_half) : (int2)(col0 + 32 * pf_half, kf);
     B2D_PREFETCH_16B(32, 2, B, b_nk ? 2 * K : 2 * N, b_nk ? N : K, b_nk ? 2 * K : 2 * N, pb);
-
-    UNROLL for (int kh = 0; kh < 2; ++kh) UNROLL for (int nb = 0; nb < NB; ++nb) {
-        const int8 bv = b_nk ? gather8(b, 16 * (2 * (nb >> 1) + kh) + (nb & 1), 2) : gather8(b, 16 * nb + 8 * kh, 1);
-        UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) {
-            const int r = kh * tm + DPAS_M * mb;
-            const short8 av = as_short8((ushort8)(a[r], a[r + 1], a[r + 2], a[r + 3], a[r + 4], a[r + 5], a[r + 6],
-                                                  a[r + 7]));
-            acc[mb][nb] = DPAS(av, bv, acc[mb][nb]);
-        }
-    }
 }
 
 /* nk with 16 or 32 rows, swapped orientation (seed 001 usage 2): C^T = B^T A^T, so the weights b[N, K] are the DPAS
- * A operand, read as plain 16-bit blocks (two reads of 32 rows x 32 k: w[32 c + r] = b[col0 + 32 h + r][k0 + 16 c +
- * lane]), and A is the VNNI operand with lane = row, from transposed 32-bit reads (16 rows x 8 k pairs each). The
+ * A operand, read as plain 16-bit blocks (per 32 rows h of b: w[32 c + r] = b[col0 + 32 h + r][kp + 16 c + lane]),
+ * and A is the VNNI operand with lane = row, from transposed 32-bit reads (16 rows x 8 k pairs each). The
  * accumulator for (16-row block mh, 8-column block n8) holds, in lane l, C[row0 + 16 mh + l][col0 + 8 n8 + i] as
- * component i; it is stored at acc[mb][nb] with 4 mb + nb = 8 mh + n8. Per 32 k: 2 + MB reads for 8 MB DPAS, where
- * the usual orientation needs 8 transposed B messages (IGC splits each 32-row transposed read in two). */
+ * component i; it is stored at acc[mb][nb] with 4 mb + nb = 8 mh + n8. Per 32 k: 2 (4 for 32 rows, K in halves as in
+ * step_2d) + MB reads for 8 MB DPAS, where the usual orientation needs 8 transposed B messages (IGC splits each
+ * 32-row transposed read in two). */
 INLINE void step_2d_nk_swapped(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0,
                                int col0, float8 acc[MAX_MB][NB], const int MB, int pf_half)
 {
-    ushort w[128];
-    uint x[4][8];
-    const int2 cw0 = (int2)(k0, col0);
-    const int2 cw1 = (int2)(k0, col0 + 32);
-    B2D_READ_16B(32, 2, B, 2 * K, N, 2 * K, cw0, w);
-    B2D_READ_16B(32, 2, B, 2 * K, N, 2 * K, cw1, (w + 64));
-    UNROLL for (int mh = 0; mh < 2; ++mh) if (2 * mh < MB) UNROLL for (int kh = 0; kh < 2; ++kh) {
-        const int2 c = (int2)((k0 + DPAS_K * kh) / 2, row0 + 16 * mh);
-        B2D_READ_TRANSPOSE_32B_16R8(A, 2 * K, M, 2 * K, c, x[2 * mh + kh]);
+    const int parts = MB == 4 ? 2 : 1;
+    UNROLL for (int p = 0; p < 2; ++p) if (p < parts) {
+        const int kp = k0 + p * DPAS_K;
+        const int khs = 2 / parts;
+        ushort w[128];
+        uint x[4][8];
+        const int2 cw0 = (int2)(kp, col0);
+        const int2 cw1 = (int2)(kp, col0 + 32);
+        if (parts == 1) {
+            B2D_READ_16B(32, 2, B, 2 * K, N, 2 * K, cw0, w);
+            B2D_READ_16B(32, 2, B, 2 * K, N, 2 * K, cw1, (w + 64));
+        } else {
+            B2D_READ_16B(32, 1, B, 2 * K, N, 2 * K, cw0, w);
+            B2D_READ_16B(32, 1, B, 2 * K, N, 2 * K, cw1, (w + 32));
+        }
+        UNROLL for (int mh = 0; mh < 2; ++mh) if (2 * mh < MB) UNROLL for (int kh = 0; kh < 2; ++kh) if (kh < khs) {
+            const int2 c = (int2)((kp + DPAS_K * kh) / 2, row0 + 16 * mh);
+            B2D_READ_TRANSPOSE_32B_16R8(A, 2 * K, M, 2 * K, c, x[2 * mh + kh]);
+        }
+        UNROLL for (int kh = 0; kh < 2; ++kh) if (kh < khs) UNROLL for (int n8 = 0; n8 < 8; ++n8) {
+            const int r = 64 / parts * (n8 >> 2) + 32 * kh + DPAS_M * (n8 & 3);
+            const short8 wv = as_short8((ushort8)(w[r], w[r + 1], w[r + 2], w[r + 3], w[r + 4], w[r + 5], w[r + 6],
+                                                  w[r + 7]));
+            UNROLL for (int mh = 0; mh < 2; ++mh) if (2 * mh < MB) {
+                const int e = 8 * mh + n8;
+                acc[e >> 2][e & 3] = DPAS(wv, as_int8(vload8(0, x[2 * mh + kh])), acc[e >> 2][e & 3]);
+            }
+        }
     }
-    const int kp = k0 + PF_STEPS * K2D;
-    const int2 pa = (int2)(kp, row0);
+    const int kf = k0 + PF_STEPS * K2D;
+    const int2 pa = (int2)(kf, row0);
     if (MB == 2)
         B2D_PREFETCH_16B(16, 2, A, 2 * K, M, 2 * K, pa);
     else
         B2D_PREFETCH_16B(32, 2, A, 2 * K, M, 2 * K, pa);
-    const int2 pb = (int2)(kp, col0 + 32 * pf_half);
+    const int2 pb = (int2)(kf, col0 + 32 * pf_half);
     B2D_PREFETCH_16B(32, 2, B, 2 * K, N, 2 * K, pb);
-
-    UNROLL for (int kh = 0; kh < 2; ++kh) UNROLL for (int n8 = 0; n8 < 8; ++n8) {
-        const int r = 64 * (n8 >> 2) + 32 * kh + DPAS_M * (n8 & 3);
-        const short8 wv = as_short8((ushort8)(w[r], w[r + 1], w[r + 2], w[r + 3], w[r + 4], w[r + 5], w[r + 6],
-                                              w[r + 7]));
-        UNROLL for (int mh = 0; mh < 2; ++mh) if (2 * mh < MB) {
-            const int e = 8 * mh + n8;
-            acc[e >> 2][e & 3] = DPAS(wv, as_int8(vload8(0, x[2 * mh + kh])), acc[e >> 2][e & 3]);
-        }
-    }
 }
 
 /* One 16-wide K step of the fallback kernels (operands that break the 2D block rules). Fast: sub-group block reads

@@ -91,9 +91,11 @@ XE2RT_OVERLOAD uint intel_sub_group_shuffle_xor(uint x, uint mask);
     XE2RT_OVERLOAD void NAME(__global void* base, int width, int height, int pitch, int2 coord, __private T* dst);
 #define XE2RT_2D_PREFETCH(NAME) \
     XE2RT_OVERLOAD void NAME(__global void* base, int width, int height, int pitch, int2 coord);
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_32r16x1c, ushort)
 XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_8r16x2c, ushort)
 XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_16r16x2c, ushort)
 XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_32r16x2c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_transform_16b_16r16x2c, uint)
 XE2RT_2D_READ(intel_sub_group_2d_block_read_transform_16b_32r16x2c, uint)
 XE2RT_2D_READ(intel_sub_group_2d_block_read_transpose_32b_16r8x1c, uint)
 XE2RT_2D_READ(intel_sub_group_2d_block_read_transpose_32b_32r8x1c, uint)
