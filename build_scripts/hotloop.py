@@ -10,7 +10,8 @@ they count as private too); they are counted in the hot loop and in the whole ke
 
 Bytes per send come from the LSC message shape: `dNN[uMM]xV[t]` moves NN/8 bytes x V per lane (x the execution size
 unless transposed, `t`, which is one block for the whole sub-group); 2D block loads (`load_block2d`) move their
-destination's GRFs (64 bytes each; a 2 KB block shows as 31, the largest response length, and counts as 32); prefetches (`.ca.ca` block2d with a null destination, or `prefetch`) move nothing
+destination's GRFs (64 bytes each; a 2 KB block shows as 31, the largest response length, and counts as 32);
+prefetches (`.ca.ca` block2d with a null destination, or `prefetch`) move nothing
 into registers and are counted apart; legacy `send` messages take their `rd:`/`wr:` GRF counts. Gateway messages
 (barrier, end of thread) are not sends here.
 
@@ -142,7 +143,8 @@ def hot_loop(lines: list[str]) -> dict | None:
     for s, e in innermost:
         stats = summarize(lines[s:e + 1])
         # DPAS loops: the fast path of a fast/careful pair does the same DPAS in fewer instructions.
-        key = (stats["dpas"], -stats["instructions"]) if stats["dpas"] else (0, stats["send_bytes"], stats["instructions"])
+        key = (stats["dpas"], -stats["instructions"]) if stats["dpas"] else \
+            (0, stats["send_bytes"], stats["instructions"])
         if best_key is None or key > best_key:
             best, best_key = dict(stats, first_line=s + 1, last_line=e + 1), key
     return best

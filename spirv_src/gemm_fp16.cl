@@ -35,14 +35,6 @@
  * Hence fixed-size arrays, loops over MAX_MB / NB with `unroll`, and `mb < MB` tests that fold per kernel. */
 #define UNROLL _Pragma("unroll")
 
-/* The C column this lane holds in accumulator column block nb. The 2D nk loads give each lane two adjacent B rows
- * (read_transpose_32b_32r8x1c), so there block nb = 2 g + j holds columns col0 + 32 g + 2 lane + j; elsewhere
- * block nb holds col0 + 16 nb + lane. DPAS does not care which column a lane holds, only the store does. */
-INLINE int acc_col(int col0, int nb, int lane, bool pairs)
-{
-    return pairs ? col0 + 32 * (nb >> 1) + 2 * lane + (nb & 1) : col0 + DPAS_SG * nb + lane;
-}
-
 INLINE int8 gather8(const uint* v, int first, int stride)
 {
     return as_int8((uint8)(v[first], v[first + stride], v[first + 2 * stride], v[first + 3 * stride],
@@ -51,13 +43,13 @@ INLINE int8 gather8(const uint* v, int first, int stride)
 
 /* One K step of 32 with 2D block loads, in `parts` pieces of K (2 for 32-row tiles: a 32 x 64 x 32 step's operands
  * are 96 registers beside the 128 of the accumulators, and the software-DPAS build of the same kernel then spilled;
- * halves keep 48). A: one read of TM rows x 32 / parts k: a[16 kh TM / 16 + r] ... i.e. a[kh TM + r] is row r,
- * k = kp + 16 kh + lane, component r % 8 of the DPAS A operand of row block r / 8. B (kn): transform reads give VNNI
- * pairs directly: per 32 columns g, 32 / parts k rows; b[16 nb / parts + 8 kh + t] = (B[kp + 16 kh + 2t][c],
- * B[.. + 1][c]). B (nk, 8-row tiles): transposed 32-bit reads of 32 B rows x 16 k (8 pairs): lane l gets rows 2l and
- * 2l + 1, pairs interleaved, b[16 (2g + kh) + 2t + j]. Out-of-bounds elements read as zero, so M, N and K tails need
- * no code. Then prefetch this sub-group's A rows and one half of its B tile PF_STEPS steps ahead (the other half is
- * taken by the neighbouring sub-group row of the work-group). */
+ * halves keep 48). A: one read of TM rows x 32 / parts k: a[kh TM + r] is row r, k = kp + 16 kh + lane, i.e.
+ * component r % 8 of the DPAS A operand of row block r / 8. B (kn): transform reads give VNNI pairs directly: per 32
+ * columns, 32 / parts k rows; b[16 nb / parts + 8 kh + t] = (B[kp + 16 kh + 2t][c], B[.. + 1][c]). B (nk, 8-row
+ * tiles): transposed 32-bit reads of 16 B rows x 16 k (8 pairs), lane l = row col0 + 16 nb + l, b[8 (2 nb + kh) + t]
+ * (the 32-row transposed read is avoided, see block2d.h). Out-of-bounds elements read as zero, so M, N and K tails
+ * need no code. Then prefetch this sub-group's A rows and one half of its B tile PF_STEPS steps ahead (the other half
+ * is taken by the neighbouring sub-group row of the work-group). */
 INLINE void step_2d(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0, int col0,
                     float8 acc[MAX_MB][NB], const int MB, const bool b_nk, int pf_half)
 {
@@ -86,14 +78,13 @@ INLINE void step_2d(__global const half* A, __global const half* B, int M, int N
                 B2D_READ_TRANSFORM_16B(16, 2, B, 2 * N, K, 2 * N, c1, (b + 16));
             }
         } else {
-            UNROLL for (int g = 0; g < 2; ++g) UNROLL for (int kh = 0; kh < 2; ++kh) {
-                const int2 c = (int2)((k0 + DPAS_K * kh) / 2, col0 + 32 * g);
-                B2D_READ_TRANSPOSE_32B_32R8(B, 2 * K, N, 2 * K, c, (b + 16 * (2 * g + kh)));
+            UNROLL for (int nb = 0; nb < NB; ++nb) UNROLL for (int kh = 0; kh < 2; ++kh) {
+                const int2 c = (int2)((k0 + DPAS_K * kh) / 2, col0 + DPAS_SG * nb);
+                B2D_READ_TRANSPOSE_32B_16R8(B, 2 * K, N, 2 * K, c, (b + DPAS_M * (2 * nb + kh)));
             }
         }
         UNROLL for (int kh = 0; kh < 2; ++kh) if (kh < khs) UNROLL for (int nb = 0; nb < NB; ++nb) {
-            const int8 bv = b_nk ? gather8(b, 16 * (2 * (nb >> 1) + kh) + (nb & 1), 2)
-                                 : gather8(b, 16 / parts * nb + 8 * kh, 1);
+            const int8 bv = gather8(b, b_nk ? DPAS_M * (2 * nb + kh) : 16 / parts * nb + 8 * kh, 1);
             UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) {
                 const int r = kh * tm + DPAS_M * mb;
                 const short8 av = as_short8((ushort8)(a[r], a[r + 1], a[r + 2], a[r + 3], a[r + 4], a[r + 5],
@@ -267,8 +258,8 @@ INLINE void gemm_xe2(__global const half* A, __global const half* B, __global co
                              acc[mb][nb], bias, has_bias, act);
         } else {
             UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) UNROLL for (int nb = 0; nb < NB; ++nb)
-                store_tile_at(C, N, row0 + mb * DPAS_M, M, acc_col(col0, nb, lane, use_2d && b_nk), N, acc[mb][nb],
-                              bias, has_bias, act);
+                store_tile_at(C, N, row0 + mb * DPAS_M, M, col0 + DPAS_SG * nb + lane, N, acc[mb][nb], bias,
+                              has_bias, act);
         }
     }
 }

@@ -144,14 +144,3 @@ __kernel void ult_b2d_read_transpose_32b_16r8x1c(__global const uint* base, int 
     for (int e = 0; e < 8; ++e)
         out[get_sub_group_local_id() * 8 + e] = d[e];
 }
-
-XE2RT_REQD_SUB_GROUP_SIZE(16)
-__kernel void ult_b2d_read_transpose_32b_32r8x1c(__global const uint* base, int width, int height, int pitch, int x,
-                                                 int y, __global uint* out)
-{
-    uint d[16];
-    const int2 coord = (int2)(x, y);
-    B2D_READ_TRANSPOSE_32B_32R8(base, width, height, pitch, coord, d);
-    for (int e = 0; e < 16; ++e)
-        out[get_sub_group_local_id() * 16 + e] = d[e];
-}

@@ -1,6 +1,7 @@
 """The software 2D block reads (spirv_src/block2d.h, what the xe2emu GEMM runs) against the SPV_INTEL_2d_block_io
 mapping written out in numpy (xe2rt.reference.gemm.block2d_read): every lane's destination must be bit-identical, for
-plain 16-bit reads of heights 1..32 and one or two blocks, the transform (VNNI) reads, the transposed 32-bit reads,
+plain 16-bit reads of heights 1..32 and one or two blocks, the transform (VNNI) reads, the transposed 32-bit read
+(16 rows; the 32-row form is not used, see block2d.h),
 with blocks inside the region, across its right and bottom edges and starting before it (out-of-bounds elements read
 as zero). Also the spec's rules as the GEMM op checks them before launch."""
 import numpy as np
@@ -59,12 +60,12 @@ def test_read_transform_16b(queue, rng, target, height, count):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("height", [16, 32])
+@pytest.mark.parametrize("height", [16])
 def test_read_transpose_32b(queue, rng, target, height):
     data, raw = region(rng)
     for coord in COORDS_32:
-        got = run_read(queue, target, f"ult_b2d_read_transpose_32b_{height}r8x1c", data.view(np.uint32), coord, np.uint32,
-                       height // 2)
+        got = run_read(queue, target, f"ult_b2d_read_transpose_32b_{height}r8x1c", data.view(np.uint32), coord,
+                       np.uint32, height // 2)
         want = R.block2d_read(raw, width=WIDTH_BYTES, height=ROWS, pitch=PITCH, coord=coord, elem=4, block_w=8,
                               block_h=height, transpose=True)
         assert np.array_equal(got, want), f"transpose {height}r8x1c at {coord}"

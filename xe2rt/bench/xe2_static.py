@@ -79,7 +79,7 @@ def rows_from_manifest(manifest: dict | None = None) -> list[dict]:
 def format_table(rows: list[dict]) -> str:
     head = (f"{'binary':26s} {'kernel':34s} {'instr':>5s} {'dpas':>4s} {'sends':>5s} {'loadB':>6s} {'priv':>4s} "
             f"{'B/instr':>7s} {'dpas/send':>9s}  estimated ceiling per chip (bound)")
-    lines = ["static hot loop per kernel (ocloc ISA; ESTIMATES from stated chip figures, see xe2rt/bench/xe2_static.py)",
+    lines = ["static hot loop per kernel (ocloc ISA; ESTIMATES from stated chip figures: xe2rt/bench/xe2_static.py)",
              head, "-" * len(head)]
     for r in rows:
         h = r["hot_loop"]
