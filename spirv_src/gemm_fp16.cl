@@ -3,12 +3,15 @@
  *
  * Two code shapes from one source, chosen by the spec constant XE2_SHAPE:
  *  - XE2_SHAPE = 1 (seed 002): a work-group of SGS_M x SGS_N sub-groups (x K_SLICES) owns a (SGS_M SG_M) x (SGS_N SG_N)
- *    block of C; each 16-lane sub-group owns an SG_M x SG_N tile held as (SG_M / 8) x (SG_N / 16) DPAS accumulators
- *    (float8 each) and walks K 16 at a time: A rows by sub-group block reads, B in VNNI form from either layout
- *    (gemm_fp16_dpas.h). With K_SLICES > 1 (small grids) the sub-groups of one K range meet in SLM, slice 0 adds
- *    them up. The epilogue (bias, activation) is applied in registers before the single store. Kernels per tile
- *    height (8, 16, 32 rows) and B layout; the SG_N width comes from the spec. DPAS_EMU = 1 swaps in the software
- *    DPAS so the same kernels run on the CPU device.
+ *    block of C; each 16-lane sub-group owns an SG_M x SG_N tile held in registers as (SG_M / 8) x (SG_N / 16) DPAS
+ *    accumulators (float8 each). The *_2d kernels walk K 32 at a time with 2D block loads (block2d.h): A as plain
+ *    16-bit blocks, B (kn) through the VNNI transform, B (nk) by transposed 32-bit reads, 16/32-row nk tiles in the
+ *    swapped orientation; they prefetch PF_STEPS steps ahead. The fallback kernels (operands that break the 2D block
+ *    rules; tiles up to 16 rows) walk K 16 at a time: A rows by sub-group block reads, B in VNNI form from either
+ *    layout (gemm_fp16_dpas.h), per-lane bounds-checked loads for tails and unaligned rows. With K_SLICES > 1 (small
+ *    grids) the sub-groups of one K range meet in SLM, slice 0 adds them up. The epilogue (bias, activation) is
+ *    applied in registers before the single store. DPAS_EMU = 1 and BLOCK2D_EMU = 1 swap in the software built-ins so
+ *    the same kernels run on the CPU device.
  *  - XE2_SHAPE = 0 (CPU device, TOOLCHAIN.md 6). nk: one work-item per RM x RN register tile of k-octet dot products
  *    (both operands contiguous along K), vload_half8 -> float8 fma, reduced horizontally at the end. kn: shaped for
  *    the CPU runtime's packetizer (16 work-items = one AVX-512 packet): a work-group is one packet, lanes on adjacent

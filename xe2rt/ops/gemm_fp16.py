@@ -3,8 +3,7 @@ weight layout), fp32 accumulation, one fp16 rounding per output.
 
 Geometry, Xe2 shape (seeds 001/002; gemm_fp16.cl): a sub-group of 16 lanes owns a tile_m x SG_N tile of C (tile_m = 8,
 16 or 32: the smallest that covers M, so M = 1 decode does not pay for 32 rows; the fallback kernels stop at 16), a
-work-group SGS_M x SGS_N such
-sub-groups (bmg: 8 x 4 -> 256 x 256), and when the tiles alone would not fill the chip's hardware threads, K is split
+work-group SGS_M x SGS_N such sub-groups (bmg: 8 x 4 -> 256 x 256), and when the tiles alone would not fill the chip's hardware threads, K is split
 into `slices` ranges (dimension 2 of the work-group) whose partial tiles meet in SLM:
     local  = (SGS_N * 16, SGS_M, slices)
     global = (ceil(tiles_n / SGS_N) * SGS_N * 16, ceil(tiles_m / SGS_M) * SGS_M, slices)
@@ -23,9 +22,9 @@ per-lane loads, any alignment). `block2d_rule_breaks` is checked here, before la
 behaviour is undefined when a rule is broken.
 
 Variants: `variant="native"` (default) is the real thing per target: DPAS on bmg/lnl, the CPU-tuned kernels on cpu.
-`variant="xe2emu"` runs the Xe2-shaped kernels with the DPAS built-in replaced by its software version from the
-cl_intel_subgroup_matrix_multiply_accumulate specification, for any target: that is how the Xe2 code path is run
-and checked on a CPU device.
+`variant="xe2emu"` runs the Xe2-shaped kernels with the DPAS and 2D block built-ins replaced by software versions from
+the cl_intel_subgroup_matrix_multiply_accumulate and cl_intel_subgroup_2d_block_io specifications, for any target:
+that is how the Xe2 code path (2D-block kernels and fallback alike) is run and checked on a CPU device.
 """
 from __future__ import annotations
 
