@@ -29,6 +29,13 @@ def _device_entry(device: dpctl.SyclDevice) -> dict:
     except Xe2rtError as exc:
         entry["target"] = None
         entry["why"] = str(exc)
+    if entry["target"]:
+        # What launches fill (256-GRF Xe2 kernels) and, for Xe2 targets, the chip figures the estimates would use.
+        entry["hw_threads"] = targets.hw_threads(device, entry["target"])
+        if entry["target"] in targets.NOMINAL_CHIP:
+            chip, source = targets.chip_figures(device, entry["target"])
+            entry["chip_figures"] = {"chip": chip.name, "xe_cores": chip.xe_cores, "clock_ghz": chip.clock_ghz,
+                                     "mem_gbps": chip.mem_gbps, "source": source}
     return entry
 
 
@@ -61,7 +68,8 @@ def format_info(data: dict) -> str:
     lines = [f"xe2rt {data['version']}  kernels: {data['kernel_dir']}",
              f"OCL_ICD_FILENAMES={data['ocl_icd_filenames']}  XE2RT_TARGET={data['forced_target']}", "", "devices:"]
     for d in data["devices"]:
-        lines.append(f"  {d['filter']:14s} {d['name']!r} -> target {d['target']}  ({d['why']})")
+        lines.append(f"  {d['filter']:14s} {d['name']!r} -> target {d['target']}  ({d['why']}), "
+                     f"hardware threads to fill: {d.get('hw_threads', '-')}")
     lines += ["", "binaries (Xe2: what Intel's offline compiler reported, over all kernels of the binary):"]
     for key, b in data["binaries"].items():
         aot = b["aot"]
