@@ -51,15 +51,15 @@ def _send_info(line: str) -> dict | None:
         parts = shape.split(".")
         is_block2d = op.endswith("block2d")
         if is_block2d:
-            dst = first
-            regs = REGS.match(dst)
+            if op.startswith("store"):  # store_block2d [address] data
+                regs = REGS.match(second or "")
+                kind = "store"
+            else:
+                regs = None if first.startswith("null") else REGS.match(first)
+                kind = "load" if regs else "prefetch"
             # A response length field holds at most 31 GRFs: a full 32-GRF block (2 KB) is encoded as 31.
-            nbytes = min(32, int(regs.group(1)) + (int(regs.group(1)) == 31)) * GRF_BYTES \
-                if regs and not dst.startswith("null") else 0
-            kind = "prefetch" if nbytes == 0 else ("load" if op.startswith("load") else "store")
-            if kind == "store":
-                regs = REGS.search(line.split("]", 1)[-1])
-                nbytes = int(regs.group(1)) * GRF_BYTES if regs else 0
+            count = int(regs.group(1)) if regs else 0
+            nbytes = (32 if count == 31 else count) * GRF_BYTES
             return {"kind": kind, "space": "private" if private else space, "bytes": nbytes, "block2d": True}
         data = next((p for p in parts if LSC_SHAPE.match(p)), None)
         nbytes = 0

@@ -32,6 +32,7 @@ _0_20:
         dpas.8x8 (16|M0)         r80:f         r80:f             r70:hf            r30.0:hf         {$6} // $6
         dpas.8x8 (16|M0)         r88:f         r88:f             r70:hf            r38.0:hf         {$7} // $7
         store.ugm.d32x8.a32.wb.wb (16|M0)  ss[a0.0][r9:1] r80:8  {$8} // ex_desc:a0.0; //  address space: private; ; $8
+        store_block2d.ugm.d16.a64 (1|M0)  [r2:1]  r96:4          {$9} // $9
 (f1.0)  goto.b (16|M0)                       _0_21             _0_20
 _0_21:
 (W)     send.gtwy (1|M0)         null     r255  null:0  0x0            0x02000010           {EOT} // end of thread
@@ -43,9 +44,9 @@ def test_parser_on_a_hand_written_dump(tmp_path):
     spans = hotloop.loops(lines)
     assert len(spans) == 3  # outer _0_10, inner _0_11, the DPAS loop _0_20
     hot = hotloop.hot_loop(lines)
-    assert (hot["dpas"], hot["sends"], hot["prefetches"], hot["block2d_loads"]) == (2, 4, 1, 2)
+    assert (hot["dpas"], hot["sends"], hot["prefetches"], hot["block2d_loads"]) == (2, 5, 1, 2)
     assert hot["global_load_bytes"] == 32 * 64 + 8 * 64  # a 31-GRF response is a full 2 KB block
-    assert hot["private_sends"] == 1 and hot["store_bytes"] == 16 * 4 * 8
+    assert hot["private_sends"] == 1 and hot["store_bytes"] == 16 * 4 * 8 + 4 * 64
     # Without DPAS the innermost loop moving the most bytes wins: the inner loop (32 B), not the outer one.
     no_dpas = [l for l in lines if "_0_20" not in l and "dpas" not in l]
     inner = hotloop.hot_loop(no_dpas[:no_dpas.index("_0_21:")])
