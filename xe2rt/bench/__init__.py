@@ -11,3 +11,6 @@ FAMILIES = {
     "launch": "xe2rt.bench.launch",
     "softmax_topk": "xe2rt.bench.routing",
 }
+# Not a timed family: the static hot-loop table of every bmg/lnl kernel (ocloc ISA + estimated ceilings per chip),
+# printed by `python -m xe2rt bench` after the timed table.
+STATIC_TABLE = "xe2rt.bench.xe2_static"
