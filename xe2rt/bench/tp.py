@@ -7,7 +7,7 @@ unsharded block alone on its own device (the others idle) as the 1-rank baseline
 
 Per token: wall time of the whole block (every shard's gate, up, SiLU-mul and down, then the reduction), median of
 the timed iterations; the forward is instrumented with one wait between the shards' work and the reduction, so
-`reduce share` = reduction / total (host staging included). Strong-scaling efficiency = T1 / (R * T_R), T1 = the
+`reduce share` = (reduction + under MPI the check-and-agree collective) / total (host staging included). Strong-scaling efficiency = T1 / (R * T_R), T1 = the
 unsharded block on one device of the same kind (one core here). Bytes per rank: its W4 shard (codes + fp16 scales)
 plus x in and partial out; the reduction moves H * 2 bytes per rank. On real cards the shard bytes over the card's
 bandwidth set the time; this 2-core machine shows correctness and overheads, not card scaling. The block's
@@ -57,9 +57,9 @@ def time_forward(forward, x, iters: int, warmup: int = 2) -> tuple[float, float,
         t = {}
         y = forward(x, t)
         if i >= warmup:
-            total = t["shards"] + t["reduce"]
+            total = sum(t.values())
             totals.append(total)
-            shares.append(t["reduce"] / total)
+            shares.append((total - t["shards"]) / total)
     return statistics.median(totals), statistics.median(shares), y
 
 
@@ -145,7 +145,7 @@ def _run_ranks(args) -> int:
         group.comm.Barrier()
         t = {}
         y = model.forward(x, t)
-        per_rank = group.comm.allgather((t["shards"], t["reduce"]))
+        per_rank = group.comm.allgather((t["shards"], t["reduce"] + t["agree"]))
         if i >= 2:
             totals.append(max(a + b for a, b in per_rank))
             shares.append(statistics.mean(b / (a + b) for a, b in per_rank))

@@ -263,9 +263,10 @@ class MpiMLP(_RankBlock):
         self.hidden = self.shard.hidden
 
     def forward(self, x, timings: dict | None = None):
-        """y [H] float16 on every rank. With `timings`, records 'shards' (this rank's partial, waited for) and
-        'reduce' (the allreduce, staging included)."""
+        """y [H] float16 on every rank. With `timings`, records 'agree' (the check-and-agree collective), 'shards'
+        (this rank's partial, waited for) and 'reduce' (the allreduce, staging included)."""
         import time
+        begin = time.perf_counter()
         self._check_x(x, self.hidden, "MpiMLP")
         start = time.perf_counter()
         partial = self.shard.partial(x)
@@ -276,7 +277,7 @@ class MpiMLP(_RankBlock):
         if timings is not None:
             self.group.queue.wait()
             end = time.perf_counter()
-            timings["shards"], timings["reduce"] = mid - start, end - mid
+            timings["agree"], timings["shards"], timings["reduce"] = start - begin, mid - start, end - mid
         return y
 
 
