@@ -115,7 +115,8 @@ def main():
     group = RankGroup(device_pointers=True if mode == "check-pointers" else None)
     if group.rank == 0:
         say(group, f"transport: {group.transport}")
-    {"check": check, "check-pointers": check, "bad-input": bad_input, "bad-shard": bad_shard, "crash": crash}[mode](group)
+    modes = {"check": check, "check-pointers": check, "bad-input": bad_input, "bad-shard": bad_shard, "crash": crash}
+    modes[mode](group)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import dpnp
-import xe2rt
 from xe2rt import parallel
 from xe2rt.errors import InputError, InputTypeError
 from xe2rt.ops import gemv_w4a16, gemv_w8a16

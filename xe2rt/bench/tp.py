@@ -7,9 +7,9 @@ unsharded block alone on its own device (the others idle) as the 1-rank baseline
 
 Per token: wall time of the whole block (every shard's gate, up, SiLU-mul and down, then the reduction), median of
 the timed iterations; the forward is instrumented with one wait between the shards' work and the reduction, so
-`reduce share` = (reduction + under MPI the check-and-agree collective) / total (host staging included). Strong-scaling efficiency = T1 / (R * T_R), T1 = the
-unsharded block on one device of the same kind (one core here). Bytes per rank: its W4 shard (codes + fp16 scales)
-plus x in and partial out; the reduction moves H * 2 bytes per rank. On real cards the shard bytes over the card's
+`reduce share` = (reduction + under MPI the check-and-agree collective) / total (host staging included).
+Strong-scaling efficiency = T1 / (R * T_R), T1 = the unsharded block on one device of the same kind (one core here).
+Bytes per rank: its W4 shard (codes + fp16 scales) plus x in and partial out; the reduction moves H * 2 bytes per rank. On real cards the shard bytes over the card's
 bandwidth set the time; this 2-core machine shows correctness and overheads, not card scaling. The block's
 weights (91 MB) exceed the 32 MiB L3 here, so each token reads them from memory without a rotating pool.
 """
@@ -167,7 +167,9 @@ def _run_ranks(args) -> int:
         _idle_until_rank0(group)
     if group.rank == 0:
         print(format_table(rows, read))
-        report = {"xe2rt_version": xe2rt.__version__, "device": group.device.name, "target": xe2rt.target_for(group.device), "host": platform.node(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        report = {"xe2rt_version": xe2rt.__version__, "device": group.device.name,
+                  "target": xe2rt.target_for(group.device), "host": platform.node(),
+                  "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                   "quick": args.quick, "mpi_ranks": group.size, "transport": group.transport, "read_gbps": read,
                   "rows": rows}
         out = Path(args.json)
