@@ -10,6 +10,7 @@ FAMILIES = {
     "gemv_w8a16": "xe2rt.bench.gemv_w8a16",
     "launch": "xe2rt.bench.launch",
     "softmax_topk": "xe2rt.bench.routing",
+    "tp": "xe2rt.bench.tp",
 }
 # Not a timed family: the static hot-loop table of every bmg/lnl kernel (ocloc ISA + estimated ceilings per chip),
 # printed by `python -m xe2rt bench` after the timed table.

@@ -62,6 +62,10 @@ def plot(rows: list[dict], read_gbps: float, path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..parallel.mpi import world_size_from_env
+    if world_size_from_env() > 1:  # under mpiexec: every rank runs the tp family, rank 0 reports
+        from .tp import run_ranks
+        return run_ranks(args)
     import xe2rt
     from .harness import BenchContext
     ctx = BenchContext(device=args.device, quick=args.quick, iters=args.iters)
