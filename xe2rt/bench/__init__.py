@@ -9,4 +9,5 @@ FAMILIES = {
     "gemv_w4a16": "xe2rt.bench.gemv_w4a16",
     "gemv_w8a16": "xe2rt.bench.gemv_w8a16",
     "softmax_topk": "xe2rt.bench.routing",
+    "moe_ffn_w4a16": "xe2rt.bench.moe",
 }

@@ -101,9 +101,11 @@ def _check_routing(op: str, x, topk_ids, topk_weights, experts) -> int:
     return k
 
 
-def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = None, check_ids: bool = False):
+def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = None, check_ids: bool = False,
+        events: list | None = None):
     """Validate, launch, and return ((y, invalid_ids), event): invalid_ids is a 1-element int32 device array, the
-    number of ids outside [0, E) the route kernel dropped; event None when nothing was launched (T = 0)."""
+    number of ids outside [0, E) the route kernel dropped; event (the last launch's) None when nothing was launched
+    (T = 0). `events`, a list, receives the four launches' events in order (the benchmark times their span)."""
     _check_experts(OP, experts)
     k = _check_routing(OP, x, topk_ids, topk_weights, experts)
     if not isinstance(check_ids, (bool, np.bool_)):
@@ -148,14 +150,18 @@ def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = No
     gu_zeros = gu.packed if gu.zeros is None else gu.zeros  # the symmetric kernels never read it
     dn_zeros = dn.packed if dn.zeros is None else dn.zeros
 
-    launch.launch(route, [topk_ids, meta, pairs, n_exp, n_slots], 1, 1, queue)
+    events = [] if events is None else events
+    events.append(launch.launch(route, [topk_ids, meta, pairs, n_exp, n_slots], 1, 1, queue))
     g, l = geometry(c, program.target, n_slots, inter)
     # gate_up never reads `act` and down never reads `x`: they are passed only to fill the shared signature
-    launch.launch(gate_up, [x, h, gu.packed, gu.scales, gu_zeros, meta, h, k, hidden, inter, n_slots], g, l, queue)
+    events.append(launch.launch(gate_up, [x, h, gu.packed, gu.scales, gu_zeros, meta, h, k, hidden, inter, n_slots],
+                                g, l, queue))
     g, l = geometry(c, program.target, n_slots, hidden)
-    launch.launch(down, [x, h, dn.packed, dn.scales, dn_zeros, meta, ypair, k, hidden, inter, n_slots], g, l, queue)
-    event = launch.launch(combine, [topk_weights, topk_ids, ypair, y, k, n_exp, hidden], t * hidden // 8, 16, queue)
-    return (y, meta[1:2]), event
+    events.append(launch.launch(down, [x, h, dn.packed, dn.scales, dn_zeros, meta, ypair, k, hidden, inter, n_slots],
+                                g, l, queue))
+    events.append(launch.launch(combine, [topk_weights, topk_ids, ypair, y, k, n_exp, hidden], t * hidden // 8, 16,
+                                queue))
+    return (y, meta[1:2]), events[-1]
 
 
 def moe_ffn_w4a16(x, experts: QuantizedW4Experts, topk_ids, topk_weights, *, out=None, target: str | None = None,
