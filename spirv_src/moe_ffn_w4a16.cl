@@ -182,6 +182,7 @@ INLINE void expert_xe2(EXPERT_PARAMS, const int G, const int ZP, const int GATE_
     const int p_begin = seg[slot], p_end = seg[slot + 1];
 
     for (int pc = p_begin; pc < p_end; pc += PB) {
+        const int nb = min(PB, p_end - pc); /* pairs in this chunk */
         __global const half* xrow[PB];
         __global const float* hrow[PB];
         __attribute__((opencl_unroll_hint))
@@ -227,7 +228,7 @@ INLINE void expert_xe2(EXPERT_PARAMS, const int G, const int ZP, const int GATE_
                 float xs[PB];
                 __attribute__((opencl_unroll_hint))
                 for (int b = 0; b < PB; ++b) {
-                    xf[b] = live ? act8(xrow[b], hrow[b], k0, GATE_UP) : (float8)0.0f;
+                    xf[b] = live && b < nb ? act8(xrow[b], hrow[b], k0, GATE_UP) : (float8)0.0f;
                     const float4 s4 = xf[b].lo + xf[b].hi;
                     xs[b] = (s4.s0 + s4.s1) + (s4.s2 + s4.s3);
                 }
@@ -238,9 +239,11 @@ INLINE void expert_xe2(EXPERT_PARAMS, const int G, const int ZP, const int GATE_
                     const float s = (float)srow[r][g];
                     __attribute__((opencl_unroll_hint))
                     for (int b = 0; b < PB; ++b) {
-                        const float4 p4 = v.lo * xf[b].lo + v.hi * xf[b].hi;
-                        const float dot = fma(-bias, xs[b], (p4.s0 + p4.s1) + (p4.s2 + p4.s3));
-                        acc[r][b] = fma(dot, s, acc[r][b]);
+                        if (b < nb) { /* uniform across the sub-group: a chunk tail skips the work */
+                            const float4 p4 = v.lo * xf[b].lo + v.hi * xf[b].hi;
+                            const float dot = fma(-bias, xs[b], (p4.s0 + p4.s1) + (p4.s2 + p4.s3));
+                            acc[r][b] = fma(dot, s, acc[r][b]);
+                        }
                     }
                 }
             }
@@ -334,14 +337,78 @@ INLINE int phase_index(int i)
     return i - w + (w % 8) * 16 + w / 8;
 }
 
+/* The thread's NR rows against NB pairs (pair[0 .. NB)) over the whole K: each 128-k step of a row is loaded and
+ * decoded once and multiplied into the NB activations. NB is a compile-time 1 or PB, so every loop unrolls and the
+ * accumulators and activation phases have constant indices. */
+INLINE void rows_x_pairs(__global const half* x, __global const float* act, __global const uchar* const* prow,
+                         __global const half* const* srow, __global const uchar* const* zrow, const int* pair,
+                         int k_top, int K, int act_len, float* result, const int G, const int ZP, const int GATE_UP,
+                         const int NB)
+{
+    const int NR = GATE_UP ? 2 * RPT : RPT;
+    const int groups_per_step = STEP / G;
+    float16 acc[2 * RPT][PB];
+    for (int r = 0; r < NR; ++r)
+        for (int b = 0; b < NB; ++b)
+            acc[r][b] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += STEP) {
+        const int gs = k0 / STEP * groups_per_step;
+        /* Even phases scaled by 256 and odd by 16 (exact) meet codes 1 + q/256 and 1 + q/16 as (256 + q) x and
+         * (16 + q) x; sum_t (q - z) x = d - 256 xs_even - 16 xs_odd - z xs. */
+        float16 X[PB][8], base[PB], neg_xs[PB];
+        for (int b = 0; b < NB; ++b) {
+            if (GATE_UP) {
+                x_phases(x + (size_t)(pair[b] / k_top) * act_len, k0, X[b]);
+            } else {
+                for (int t = 0; t < 8; ++t)
+                    X[b][t] = vload16(0, act + (size_t)pair[b] * act_len + k0 + 16 * t);
+            }
+            const float16 xs_even = (X[b][0] + X[b][2]) + (X[b][4] + X[b][6]);
+            const float16 xs_odd = (X[b][1] + X[b][3]) + (X[b][5] + X[b][7]);
+            neg_xs[b] = -(xs_even + xs_odd);
+            base[b] = ZP ? fma(xs_even, 256.0f, 16.0f * xs_odd) : fma(xs_even, 264.0f, 24.0f * xs_odd);
+            for (int t = 0; t < 8; t += 2) {
+                X[b][t] *= 256.0f;
+                X[b][t + 1] *= 16.0f;
+            }
+        }
+        __attribute__((opencl_unroll_hint(2 * RPT)))
+        for (int r = 0; r < NR; ++r) {
+            const uint16 w = vload16(0, (__global const uint*)(prow[r] + k0 / 2));
+            float16 c[8];
+            for (int t = 0; t < 8; t += 2) {
+                const uint16 v = PAIR_SHIFT(w, t);
+                c[t] = AS_CODE(v, 0x00078000u);
+                c[t + 1] = AS_CODE(v, 0x00780000u);
+            }
+            const float16 scale = lanes_half(srow[r], gs, G);
+            const float16 zero = ZP ? lanes_uchar(zrow[r], gs, G) : (float16)0.0f;
+            for (int b = 0; b < NB; ++b) {
+                float16 d_even = c[0] * X[b][0], d_odd = c[1] * X[b][1];
+                for (int t = 2; t < 8; t += 2) {
+                    d_even = fma(c[t], X[b][t], d_even);
+                    d_odd = fma(c[t + 1], X[b][t + 1], d_odd);
+                }
+                float16 u = (d_even + d_odd) - base[b];
+                if (ZP)
+                    u = fma(zero, neg_xs[b], u);
+                acc[r][b] = fma(u, scale, acc[r][b]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; ++r)
+        for (int b = 0; b < NB; ++b)
+            result[r * PB + b] = hsum16(acc[r][b]);
+}
+
 INLINE void expert_cpu(EXPERT_PARAMS, const int G, const int ZP, const int GATE_UP)
 {
     const int NR = GATE_UP ? 2 * RPT : RPT;
     const int n_rows = GATE_UP ? I : H;
     const int K = GATE_UP ? H : I;
     const int act_len = GATE_UP ? H : I;
-    const int rows_per_group = get_local_size(0) * RPT;
-    const int blocks = (n_rows + rows_per_group - 1) / rows_per_group;
+    const int wg_items = get_local_size(0);
+    const int blocks = (n_rows + wg_items * RPT - 1) / (wg_items * RPT);
     const int slot = get_group_id(0) / blocks;
     if (slot >= meta[META_ACTIVE])
         return;
@@ -349,8 +416,12 @@ INLINE void expert_cpu(EXPERT_PARAMS, const int G, const int ZP, const int GATE_
     __global const int* seg = active + n_slots;
     __global const int* pairs = seg + n_slots + 1;
     const int expert = active[slot];
-    const int row0 = (get_group_id(0) % blocks) * rows_per_group + get_local_id(0) * RPT;
-    if (row0 >= n_rows)
+    /* Rows dealt out strided within the slot (thread j: rows j, j + W, j + 2W, ..., W threads per slot), so threads
+     * that run one after the other on a core continue each other's row streams (what gemv_w4a16's cpu path found
+     * pays for short rows; a down row here is I / 2 bytes, 384 for Qwen3-30B-A3B). */
+    const int n_items = (n_rows + RPT - 1) / RPT;
+    const int item = (get_group_id(0) % blocks) * wg_items + get_local_id(0);
+    if (item >= n_items)
         return;
     const int groups_per_row = K / G;
     const size_t expert_row0 = (size_t)expert * (GATE_UP ? 2 * I : H);
@@ -359,77 +430,35 @@ INLINE void expert_cpu(EXPERT_PARAMS, const int G, const int ZP, const int GATE_
     __global const half* srow[2 * RPT];
     __global const uchar* zrow[2 * RPT];
     for (int r = 0; r < NR; ++r) {
-        const int rr = r % RPT;
-        const size_t row = expert_row0 + (r >= RPT ? I : 0) + min(row0 + rr, n_rows - 1);
+        const size_t row = expert_row0 + (r >= RPT ? I : 0) + min(item + (r % RPT) * n_items, n_rows - 1);
         prow[r] = packed + row * (K / 2);
         srow[r] = scales + row * groups_per_row;
         zrow[r] = zeros + row * groups_per_row;
     }
-    const int steps = K / STEP;
-    const int groups_per_step = STEP / G;
     const int p_begin = seg[slot], p_end = seg[slot + 1];
-
-    for (int pc = p_begin; pc < p_end; pc += PB) {
-        int pair[PB];
-        for (int b = 0; b < PB; ++b)
-            pair[b] = pairs[min(pc + b, p_end - 1)]; /* chunk tail: repeat the last pair, store nothing */
-        float16 acc[2 * RPT][PB];
-        for (int r = 0; r < NR; ++r)
-            for (int b = 0; b < PB; ++b)
-                acc[r][b] = 0.0f;
-        for (int s = 0; s < steps; ++s) {
-            const int k0 = s * STEP;
-            const int gs = s * groups_per_step;
-            /* Even phases scaled by 256 and odd by 16 (exact) meet codes 1 + q/256 and 1 + q/16 as (256 + q) x and
-             * (16 + q) x; sum_t (q - z) x = d - 256 xs_even - 16 xs_odd - z xs. */
-            float16 X[PB][8], base[PB], neg_xs[PB];
-            for (int b = 0; b < PB; ++b) {
-                if (GATE_UP) {
-                    x_phases(x + (size_t)(pair[b] / k_top) * act_len, k0, X[b]);
-                } else {
-                    for (int t = 0; t < 8; ++t)
-                        X[b][t] = vload16(0, act + (size_t)pair[b] * act_len + k0 + 16 * t);
-                }
-                const float16 xs_even = (X[b][0] + X[b][2]) + (X[b][4] + X[b][6]);
-                const float16 xs_odd = (X[b][1] + X[b][3]) + (X[b][5] + X[b][7]);
-                neg_xs[b] = -(xs_even + xs_odd);
-                base[b] = ZP ? fma(xs_even, 256.0f, 16.0f * xs_odd) : fma(xs_even, 264.0f, 24.0f * xs_odd);
-                for (int t = 0; t < 8; t += 2) {
-                    X[b][t] *= 256.0f;
-                    X[b][t + 1] *= 16.0f;
-                }
-            }
-            for (int r = 0; r < NR; ++r) {
-                const uint16 w = vload16(0, (__global const uint*)(prow[r] + k0 / 2));
-                float16 c[8];
-                for (int t = 0; t < 8; t += 2) {
-                    const uint16 v = PAIR_SHIFT(w, t);
-                    c[t] = AS_CODE(v, 0x00078000u);
-                    c[t + 1] = AS_CODE(v, 0x00780000u);
-                }
-                const float16 scale = lanes_half(srow[r], gs, G);
-                const float16 zero = ZP ? lanes_uchar(zrow[r], gs, G) : (float16)0.0f;
-                for (int b = 0; b < PB; ++b) {
-                    float16 d_even = c[0] * X[b][0], d_odd = c[1] * X[b][1];
-                    for (int t = 2; t < 8; t += 2) {
-                        d_even = fma(c[t], X[b][t], d_even);
-                        d_odd = fma(c[t + 1], X[b][t + 1], d_odd);
-                    }
-                    float16 u = (d_even + d_odd) - base[b];
-                    if (ZP)
-                        u = fma(zero, neg_xs[b], u);
-                    acc[r][b] = fma(u, scale, acc[r][b]);
-                }
-            }
-        }
-        for (int b = 0; b < PB && pc + b < p_end; ++b)
-            for (int r = 0; r < RPT && row0 + r < n_rows; ++r) {
-                const float a = hsum16(acc[r][b]);
+    float result[2 * RPT * PB];
+    int pair[PB];
+    for (int pc = p_begin; pc < p_end;) {
+        /* PB pairs per pass while that many are left, then one at a time (a pass re-reads the rows from cache) */
+        const int nb = p_end - pc >= PB ? PB : 1;
+        for (int b = 0; b < nb; ++b)
+            pair[b] = pairs[pc + b];
+        if (nb == PB)
+            rows_x_pairs(x, act, prow, srow, zrow, pair, k_top, K, act_len, result, G, ZP, GATE_UP, PB);
+        else
+            rows_x_pairs(x, act, prow, srow, zrow, pair, k_top, K, act_len, result, G, ZP, GATE_UP, 1);
+        for (int b = 0; b < nb; ++b)
+            for (int r = 0; r < RPT; ++r) {
+                const int row = item + r * n_items;
+                if (row >= n_rows)
+                    break;
+                const float a = result[r * PB + b];
                 if (GATE_UP)
-                    out[(size_t)pair[b] * I + phase_index(row0 + r)] = silu(a) * hsum16(acc[RPT + r][b]);
+                    out[(size_t)pair[b] * I + phase_index(row)] = silu(a) * result[(RPT + r) * PB + b];
                 else
-                    out[(size_t)pair[b] * H + row0 + r] = a;
+                    out[(size_t)pair[b] * H + row] = a;
             }
+        pc += nb;
     }
 }
 
