@@ -337,6 +337,33 @@ INLINE int phase_index(int i)
     return i - w + (w % 8) * 16 + w / 8;
 }
 
+/* One 128-k step of one row: load and decode its 64 bytes once, multiply into NB pairs' phases, accumulate. */
+INLINE void row_step_into(__global const uchar* prow, __global const half* srow, __global const uchar* zrow, int k0,
+                          int gs, float16 (*X)[8], const float16* base, const float16* neg_xs, float16* acc,
+                          const int NB, const int G, const int ZP)
+{
+    const uint16 w = vload16(0, (__global const uint*)(prow + k0 / 2));
+    float16 c[8];
+    for (int t = 0; t < 8; t += 2) {
+        const uint16 v = PAIR_SHIFT(w, t);
+        c[t] = AS_CODE(v, 0x00078000u);
+        c[t + 1] = AS_CODE(v, 0x00780000u);
+    }
+    const float16 scale = lanes_half(srow, gs, G);
+    const float16 zero = ZP ? lanes_uchar(zrow, gs, G) : (float16)0.0f;
+    for (int b = 0; b < NB; ++b) {
+        float16 d_even = c[0] * X[b][0], d_odd = c[1] * X[b][1];
+        for (int t = 2; t < 8; t += 2) {
+            d_even = fma(c[t], X[b][t], d_even);
+            d_odd = fma(c[t + 1], X[b][t + 1], d_odd);
+        }
+        float16 u = (d_even + d_odd) - base[b];
+        if (ZP)
+            u = fma(zero, neg_xs[b], u);
+        acc[b] = fma(u, scale, acc[b]);
+    }
+}
+
 /* The thread's NR rows against NB pairs (pair[0 .. NB)) over the whole K: each 128-k step of a row is loaded and
  * decoded once and multiplied into the NB activations. NB is a compile-time 1 or PB, so every loop unrolls and the
  * accumulators and activation phases have constant indices. */
@@ -372,28 +399,15 @@ INLINE void rows_x_pairs(__global const half* x, __global const float* act, __gl
                 X[b][t + 1] *= 16.0f;
             }
         }
-        __attribute__((opencl_unroll_hint(2 * RPT)))
-        for (int r = 0; r < NR; ++r) {
-            const uint16 w = vload16(0, (__global const uint*)(prow[r] + k0 / 2));
-            float16 c[8];
-            for (int t = 0; t < 8; t += 2) {
-                const uint16 v = PAIR_SHIFT(w, t);
-                c[t] = AS_CODE(v, 0x00078000u);
-                c[t + 1] = AS_CODE(v, 0x00780000u);
-            }
-            const float16 scale = lanes_half(srow[r], gs, G);
-            const float16 zero = ZP ? lanes_uchar(zrow[r], gs, G) : (float16)0.0f;
-            for (int b = 0; b < NB; ++b) {
-                float16 d_even = c[0] * X[b][0], d_odd = c[1] * X[b][1];
-                for (int t = 2; t < 8; t += 2) {
-                    d_even = fma(c[t], X[b][t], d_even);
-                    d_odd = fma(c[t + 1], X[b][t + 1], d_odd);
-                }
-                float16 u = (d_even + d_odd) - base[b];
-                if (ZP)
-                    u = fma(zero, neg_xs[b], u);
-                acc[r][b] = fma(u, scale, acc[r][b]);
-            }
+        /* one pair: rows unrolled (independent fma chains, as gemv_w4a16's cpu path); PB pairs: the pair loop gives
+         * the independent chains, and unrolling both would multiply the code (and the JIT time) by 2 RPT */
+        if (NB == 1) {
+            __attribute__((opencl_unroll_hint(2 * RPT)))
+            for (int r = 0; r < NR; ++r)
+                row_step_into(prow[r], srow[r], zrow[r], k0, gs, X, base, neg_xs, acc[r], 1, G, ZP);
+        } else {
+            for (int r = 0; r < NR; ++r)
+                row_step_into(prow[r], srow[r], zrow[r], k0, gs, X, base, neg_xs, acc[r], NB, G, ZP);
         }
     }
     for (int r = 0; r < NR; ++r)
