@@ -273,6 +273,11 @@ INLINE void expert_xe2(EXPERT_PARAMS, const int G, const int ZP, const int GATE_
 #else /* CPU shape */
 
 #define STEP 128
+/* rows per work-item: gate_up RPT rows of I (2 RPT weight rows), down DOWN_RPT rows of H */
+#ifndef DOWN_RPT
+#define DOWN_RPT (2 * RPT)
+#endif
+#define MAX_NR (2 * RPT > DOWN_RPT ? 2 * RPT : DOWN_RPT)
 #define PAIR_SHIFT(w, t) (4 * (t) <= 15 ? (w) << (15 - 4 * (t)) : (w) >> (4 * (t) - 15))
 #define AS_CODE(v, mask) as_float16(((v) & (mask)) | 0x3F800000u)
 
@@ -372,9 +377,9 @@ INLINE void rows_x_pairs(__global const half* x, __global const float* act, __gl
                          int k_top, int K, int act_len, float* result, const int G, const int ZP, const int GATE_UP,
                          const int NB)
 {
-    const int NR = GATE_UP ? 2 * RPT : RPT;
+    const int NR = GATE_UP ? 2 * RPT : DOWN_RPT;
     const int groups_per_step = STEP / G;
-    float16 acc[2 * RPT][PB];
+    float16 acc[MAX_NR][PB];
     for (int r = 0; r < NR; ++r)
         for (int b = 0; b < NB; ++b)
             acc[r][b] = 0.0f;
@@ -400,9 +405,9 @@ INLINE void rows_x_pairs(__global const half* x, __global const float* act, __gl
             }
         }
         /* one pair: rows unrolled (independent fma chains, as gemv_w4a16's cpu path); PB pairs: the pair loop gives
-         * the independent chains, and unrolling both would multiply the code (and the JIT time) by 2 RPT */
+         * the independent chains, and unrolling both would multiply the code (and the JIT time) by NR */
         if (NB == 1) {
-            __attribute__((opencl_unroll_hint(2 * RPT)))
+            __attribute__((opencl_unroll_hint(MAX_NR)))
             for (int r = 0; r < NR; ++r)
                 row_step_into(prow[r], srow[r], zrow[r], k0, gs, X, base, neg_xs, acc[r], 1, G, ZP);
         } else {
@@ -417,12 +422,13 @@ INLINE void rows_x_pairs(__global const half* x, __global const float* act, __gl
 
 INLINE void expert_cpu(EXPERT_PARAMS, const int G, const int ZP, const int GATE_UP)
 {
-    const int NR = GATE_UP ? 2 * RPT : RPT;
+    const int rpt = GATE_UP ? RPT : DOWN_RPT; /* output rows per work-item */
+    const int NR = GATE_UP ? 2 * RPT : DOWN_RPT;
     const int n_rows = GATE_UP ? I : H;
     const int K = GATE_UP ? H : I;
     const int act_len = GATE_UP ? H : I;
     const int wg_items = get_local_size(0);
-    const int blocks = (n_rows + wg_items * RPT - 1) / (wg_items * RPT);
+    const int blocks = (n_rows + wg_items * rpt - 1) / (wg_items * rpt);
     const int slot = get_group_id(0) / blocks;
     if (slot >= meta[META_ACTIVE])
         return;
@@ -433,24 +439,25 @@ INLINE void expert_cpu(EXPERT_PARAMS, const int G, const int ZP, const int GATE_
     /* Rows dealt out strided within the slot (thread j: rows j, j + W, j + 2W, ..., W threads per slot), so threads
      * that run one after the other on a core continue each other's row streams (what gemv_w4a16's cpu path found
      * pays for short rows; a down row here is I / 2 bytes, 384 for Qwen3-30B-A3B). */
-    const int n_items = (n_rows + RPT - 1) / RPT;
+    const int n_items = (n_rows + rpt - 1) / rpt;
     const int item = (get_group_id(0) % blocks) * wg_items + get_local_id(0);
     if (item >= n_items)
         return;
     const int groups_per_row = K / G;
     const size_t expert_row0 = (size_t)expert * (GATE_UP ? 2 * I : H);
 
-    __global const uchar* prow[2 * RPT]; /* NR used */
-    __global const half* srow[2 * RPT];
-    __global const uchar* zrow[2 * RPT];
+    __global const uchar* prow[MAX_NR]; /* NR used */
+    __global const half* srow[MAX_NR];
+    __global const uchar* zrow[MAX_NR];
     for (int r = 0; r < NR; ++r) {
-        const size_t row = expert_row0 + (r >= RPT ? I : 0) + min(item + (r % RPT) * n_items, n_rows - 1);
+        const int rr = min(item + (r % rpt) * n_items, n_rows - 1);
+        const size_t row = expert_row0 + (GATE_UP && r >= RPT ? I : 0) + rr;
         prow[r] = packed + row * (K / 2);
         srow[r] = scales + row * groups_per_row;
         zrow[r] = zeros + row * groups_per_row;
     }
     const int p_begin = seg[slot], p_end = seg[slot + 1];
-    float result[2 * RPT * PB];
+    float result[MAX_NR * PB];
     int pair[PB];
     for (int pc = p_begin; pc < p_end;) {
         /* PB pairs per pass while that many are left, then one at a time (a pass re-reads the rows from cache) */
@@ -462,7 +469,7 @@ INLINE void expert_cpu(EXPERT_PARAMS, const int G, const int ZP, const int GATE_
         else
             rows_x_pairs(x, act, prow, srow, zrow, pair, k_top, K, act_len, result, G, ZP, GATE_UP, 1);
         for (int b = 0; b < nb; ++b)
-            for (int r = 0; r < RPT; ++r) {
+            for (int r = 0; r < rpt; ++r) {
                 const int row = item + r * n_items;
                 if (row >= n_rows)
                     break;

@@ -15,8 +15,8 @@ Decomposition (spirv_src/moe_ffn_w4a16.cl), four launches, no host readback; pai
   4. moe_combine     y[t, 8 columns] per work-item: sum over j in order of w[t, j] ypair[t k + j], fp16 out.
   Xe2: a 16-lane sub-group per (RPT rows, slot), SGS sub-groups per work-group -> local SGS x 16,
        global slots x ceil(rows / (SGS RPT)) x local.
-  cpu: a work-item per (RPT rows, slot), LOCAL per work-group -> local LOCAL, global slots x ceil(rows / (LOCAL RPT))
-       x LOCAL.
+  cpu: a work-item per (RPT rows of I, or DOWN_RPT rows of H, and slot), LOCAL per work-group -> local LOCAL,
+       global slots x ceil(rows / (LOCAL RPT)) x LOCAL; rows dealt out strided within the slot.
   combine: T H / 8 work-items, local 16 (H is a multiple of 128).
 Every expert's weights are read from memory once per call however many tokens chose it: the pairs of an expert are
 taken PB at a time, and a further chunk re-reads only the thread's RPT rows, from cache.
@@ -53,12 +53,13 @@ def kernel_name(stage: str, qw) -> str:
     return f"moe_{stage}_g{qw.group_size}_{'sym' if qw.symmetric else 'zp'}"
 
 
-def geometry(constants: dict, target: str, n_slots: int, n_rows: int) -> tuple[int, int]:
+def geometry(constants: dict, target: str, stage: str, n_slots: int, n_rows: int) -> tuple[int, int]:
     """(global, local) of a gate_up / down launch over n_slots expert slots of n_rows output rows each."""
     if is_xe2(target):
         local, rows_per_group = constants["SGS"] * constants["SG"], constants["SGS"] * constants["RPT"]
     else:
-        local, rows_per_group = constants["LOCAL"], constants["LOCAL"] * constants["RPT"]
+        rpt = constants["RPT"] if stage == "gate_up" else constants["DOWN_RPT"]
+        local, rows_per_group = constants["LOCAL"], constants["LOCAL"] * rpt
     return n_slots * ceil_div(n_rows, rows_per_group) * local, local
 
 
@@ -152,11 +153,11 @@ def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = No
 
     events = [] if events is None else events
     events.append(launch.launch(route, [topk_ids, meta, pairs, n_exp, n_slots], 1, 1, queue))
-    g, l = geometry(c, program.target, n_slots, inter)
+    g, l = geometry(c, program.target, "gate_up", n_slots, inter)
     # gate_up never reads `act` and down never reads `x`: they are passed only to fill the shared signature
     events.append(launch.launch(gate_up, [x, h, gu.packed, gu.scales, gu_zeros, meta, h, k, hidden, inter, n_slots],
                                 g, l, queue))
-    g, l = geometry(c, program.target, n_slots, hidden)
+    g, l = geometry(c, program.target, "down", n_slots, hidden)
     events.append(launch.launch(down, [x, h, dn.packed, dn.scales, dn_zeros, meta, ypair, k, hidden, inter, n_slots],
                                 g, l, queue))
     events.append(launch.launch(combine, [topk_weights, topk_ids, ypair, y, k, n_exp, hidden], t * hidden // 8, 16,
