@@ -135,11 +135,12 @@ INLINE float8 codes8(uint word)
     return (float8)(v04.s0, v15.s0, v26.s0, v37.s0, v04.s1, v15.s1, v26.s1, v37.s1);
 }
 
-/* 8 activations from k0 on: fp16 x (gate_up) or fp32 h (down). Per-lane loads (any 2-byte alignment). */
+/* 8 activations from k0 on: fp16 x (gate_up) or fp32 h (down). Per-lane 16- / 32-byte loads; x is 4-byte aligned
+ * (checked before launch), so a lane's 8 halves are 4 dwords (a 2-byte-aligned load took 4 separate sends). */
 INLINE float8 act8(__global const half* xrow, __global const float* hrow, int k0, const int FROM_HALF)
 {
     if (FROM_HALF)
-        return convert_float8(as_half8(vload8(0, (__global const ushort*)(xrow + k0))));
+        return convert_float8(as_half8(vload4(0, (__global const uint*)(xrow + k0))));
     return vload8(0, hrow + k0);
 }
 

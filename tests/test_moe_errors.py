@@ -145,3 +145,17 @@ def test_layer_bad_input(queue, rng, setup):
         xe2rt.moe_layer(big, router, experts, K)
     layer_fails(xe2rt.InputError, "experts and x are on different queues", x, router,
                 experts.to_device(dpctl.SyclQueue(queue.sycl_context, queue.sycl_device)), K)
+
+
+def test_xe2_alignment(queue, rng, setup):
+    """The Xe2 kernels read weights with sub-group block reads and x by dwords: misaligned views are refused there
+    (before the Xe2 program is even built) and accepted on the cpu target."""
+    experts, x, ids, w, out = setup
+    flat = dpnp.empty(T * H + 1, dtype=np.float16, sycl_queue=queue)
+    flat[1:] = x.reshape(-1)
+    odd = flat[1:].reshape(T, H)
+    assert odd.flags.c_contiguous
+    call_fails(xe2rt.InputError, "x must start 4-byte aligned on Xe2 targets", odd, experts, ids, w, out,
+               target="bmg")
+    y = dpnp.asnumpy(xe2rt.moe_ffn_w4a16(odd, experts, ids, w, target="cpu"))
+    assert np.array_equal(y.view(np.uint16), dpnp.asnumpy(xe2rt.moe_ffn_w4a16(x, experts, ids, w)).view(np.uint16))

@@ -36,7 +36,7 @@ import operator
 import dpnp
 import numpy as np
 
-from .. import launch, validate
+from .. import launch, targets, validate
 from ..errors import InputError, InputTypeError
 from ..quant_experts import QuantizedW4Experts
 from . import gemm_fp16 as gemm_op
@@ -121,12 +121,14 @@ def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = No
         validate.out_array(OP, out, shape=(t, hidden), dtype=np.float16, queue=queue,
                            inputs={"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights})
     validate.fits_int32(OP, E_2I_H=gu.shape[0] * hidden // 2, E_H_I=dn.shape[0] * inter // 2)
-    program = program_for(queue, FAMILY, target)
-    if is_xe2(program.target):
-        for name, part in (("gate_up", gu), ("down", dn)):
-            if validate._byte_range(part.packed)[0] % 16:
-                raise InputError(f"{OP}: experts.{name}.packed must start 16-byte aligned for sub-group block "
-                                 f"reads (it is a view with an offset); copy it: dpnp.copy(...)")
+    chosen = targets.resolve(queue.sycl_device, target)
+    if is_xe2(chosen):
+        for name, part, align in (("experts.gate_up.packed", gu.packed, 16), ("experts.down.packed", dn.packed, 16),
+                                  ("x", x, 4)):
+            if t and validate._byte_range(part)[0] % align:
+                raise InputError(f"{OP}: {name} must start {align}-byte aligned on Xe2 targets (sub-group block reads "
+                                 f"/ dword loads); it is a view with an odd offset: pass dpnp.copy({name})")
+    program = program_for(queue, FAMILY, chosen)
     if check_ids and t:
         host_ids = dpnp.asnumpy(topk_ids)  # synchronizing, by request
         bad = (host_ids < 0) | (host_ids >= n_exp)
