@@ -119,8 +119,10 @@ def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = No
     t = x.shape[0]
     if out is not None:
         validate.out_array(OP, out, shape=(t, hidden), dtype=np.float16, queue=queue,
-                           inputs={"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights})
-    validate.fits_int32(OP, E_2I_H=gu.shape[0] * hidden // 2, E_H_I=dn.shape[0] * inter // 2)
+                           inputs={"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights,
+                                   "experts.gate_up.packed": gu.packed, "experts.down.packed": dn.packed})
+    # row indices (E * 2I, E * H) are 32-bit in the kernels; byte offsets are 64-bit
+    validate.fits_int32(OP, E_x_2I=gu.shape[0], E_x_H=dn.shape[0])
     chosen = targets.resolve(queue.sycl_device, target)
     if is_xe2(chosen):
         for name, part, align in (("experts.gate_up.packed", gu.packed, 16), ("experts.down.packed", dn.packed, 16),

@@ -8,7 +8,9 @@ all in float64 from the float16 x, the exact weights (experts.dequantize()) and 
 Bound (first order in eps32 = 2^-23; every product of a code with an fp16 or fp32 activation is formed in fp32):
   one W4 dot product a = sum_g s_g sum_(k in g) (q_k - z_g) x_k, computed with bias correction from codes carrying an
   offset M (M = 1024 on Xe2: half 1024 + q; M = 256 on cpu: 1 + q/256 scaled by 256, the larger of its two offsets):
-    inner terms   |s_g| (sum_k (M + q_k) |x_k| + (M + z_g) |sum_k x_k|)     summed at most C_IN = 12 deep
+    inner terms   |s_g| (sum_k (M + q_k) |x_k| + (M + z_g) sum_k |x_k|)    summed at most C_IN = 12 deep
+                  (sum |x|, not |sum x|: the kernels' partial sums of x, which the correction multiplies, carry
+                  rounding errors of that size)
     outer terms   |s_g| sum_k |q_k - z_g| |x_k|                           summed at most K/128 + 8 deep
     e_a = eps32 (C_IN * sum_g inner_g + (K/128 + 8) * sum_g outer_g)
   (per lane: an 8-term fma chain per code phase or word, the bias and zero-point corrections, then one term per
