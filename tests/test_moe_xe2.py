@@ -8,7 +8,6 @@ import pytest
 
 from xe2rt import config
 
-from conftest import to_device  # noqa: F401
 from test_moe import random_experts, routing, run_and_check
 
 

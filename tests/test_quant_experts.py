@@ -3,7 +3,6 @@ weights, and the stacked GPTQ / AWQ importers round-trip exactly (packers from t
 import numpy as np
 import pytest
 
-import dpnp
 import xe2rt
 from xe2rt.quant import QuantizedW4, quantize_w4
 
