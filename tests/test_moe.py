@@ -176,3 +176,28 @@ def test_moe_real_shapes(queue, rng, name):
     x = rng.standard_normal((t, h)).astype(np.float16)
     ids, w = routing(rng, t, k, e)
     run_and_check(queue, rng, experts, x, ids, w)
+
+
+def test_bound_tells_wrong_answers_apart(queue, rng):
+    """The bound is loose by design (worst case over signs), but not blind: the kernel's y sits inside it while
+    results of plausible bugs (one pair routed to the wrong expert, a weight off by 10%, the up projection taken
+    from the gate rows) fall outside it."""
+    e, h, i, t, k = 8, 512, 256, 4, 2
+    experts = random_experts(rng, e, h, i, queue=queue)
+    host = experts.to_host()
+    x = rng.standard_normal((t, h)).astype(np.float16)
+    ids, w = routing(rng, t, k, e)
+    y, want = run_and_check(queue, rng, experts, x, ids, w)
+    _, bound = ref.reference(x, host, ids, w, magic=ref.magic_for("cpu"))
+    wrong_ids = ids.copy()
+    wrong_ids[2, 1] = next(c for c in range(e) if c not in ids[2])
+    w_off = w.astype(np.float64)
+    w_off[1, 0] *= 1.1
+    gate_only = QuantizedW4Experts(
+        QuantizedW4(np.concatenate([np.asarray(host.gate_up.packed).reshape(e, 2, i, -1)[:, :1]] * 2, axis=1)
+                    .reshape(e * 2 * i, -1),
+                    np.concatenate([np.asarray(host.gate_up.scales).reshape(e, 2, i, -1)[:, :1]] * 2, axis=1)
+                    .reshape(e * 2 * i, -1), None, host.gate_up.group_size), host.down, e)
+    for bad_ids, bad_w, bad_experts in ((wrong_ids, w, host), (ids, w_off, host), (ids, w, gate_only)):
+        other, _ = ref.reference(x, bad_experts, bad_ids, bad_w)
+        assert (np.abs(y - other) > bound).any()
