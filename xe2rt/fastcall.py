@@ -242,13 +242,17 @@ _entries: dict = {}
 _entries_lock = threading.Lock()
 
 
-def cached(op):
-    """`op` with warm calls replayed from the launches its first call with the same facts recorded."""
+def cached(op, uncached_if: tuple = ()):
+    """`op` with warm calls replayed from the launches its first call with the same facts recorded. Calls that pass a
+    true value for a keyword named in `uncached_if` (options whose checks read device data) always run the op."""
 
     @functools.wraps(op)
     def call(*args, **kwargs):
         if launch.is_recording():  # inside xe2rt.bind or a composite op: the outer recording takes the launches
             return op(*args, **kwargs)
+        for name in uncached_if:
+            if kwargs.get(name):
+                return op(*args, **kwargs)
         facts, arrays = [op, _env("XE2RT_TARGET"), _env("XE2RT_KERNEL_DIR"), artifacts.generation], []
         ok = _flatten(args, facts, arrays)
         for name in sorted(kwargs):  # `out` last, so its arrays are the last ones

@@ -11,6 +11,7 @@ FAMILIES = {
     "launch": "xe2rt.bench.launch",
     "softmax_topk": "xe2rt.bench.routing",
     "tp": "xe2rt.bench.tp",
+    "moe_ffn_w4a16": "xe2rt.bench.moe",
 }
 # Not a timed family: the static hot-loop table of every bmg/lnl kernel (ocloc ISA + estimated ceilings per chip),
 # printed by `python -m xe2rt bench` after the timed table.
