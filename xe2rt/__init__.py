@@ -11,18 +11,27 @@ _icd.setup()
 from .errors import (ArtifactError, ConfigError, InputError, InputTypeError, LaunchLimitError,  # noqa: E402
                      TargetError, Xe2rtError)
 from .info import info  # noqa: E402
-from .ops.gemm_fp16 import gemm_fp16  # noqa: E402
-from .ops.gemv_fp16 import gemv_fp16  # noqa: E402
-from .ops.gemv_w4a16 import gemv_w4a16  # noqa: E402
-from .ops.gemv_w8a16 import gemv_w8a16  # noqa: E402
-from .ops.routing import softmax_topk, topk  # noqa: E402
+from . import ops as _ops  # noqa: E402
+from .fastcall import cached as _cached  # noqa: E402
+from .ops import gemm_fp16 as _gemm_fp16, gemv_fp16 as _gemv_fp16, gemv_w4a16 as _gemv_w4a16  # noqa: E402
+from .ops import gemv_w8a16 as _gemv_w8a16, routing as _routing  # noqa: E402
+
+# The public ops: each call checked as the op checks it; warm calls replayed (xe2rt.fastcall).
+gemm_fp16 = _cached(_gemm_fp16.gemm_fp16)
+gemv_fp16 = _cached(_gemv_fp16.gemv_fp16)
+gemv_w4a16 = _cached(_gemv_w4a16.gemv_w4a16)
+gemv_w8a16 = _cached(_gemv_w8a16.gemv_w8a16)
+softmax_topk = _cached(_routing.softmax_topk)
+topk = _cached(_routing.topk)
 from .quant import QuantizedW4, QuantizedW8, from_awq, from_gptq, quantize_w4, quantize_w8  # noqa: E402
 from .targets import target_for  # noqa: E402
+from .plan import Plan, bind  # noqa: E402
+from .warmup import warmup  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "info", "target_for", "__version__",
+    "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "info", "target_for", "__version__", "bind", "Plan", "warmup",
     "gemv_w4a16", "gemv_w8a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8", "from_gptq", "from_awq",
     "Xe2rtError", "ArtifactError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",
 ]

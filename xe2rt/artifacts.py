@@ -1,5 +1,5 @@
-"""Shipped SPIR-V binaries: manifest lookup, sha256 verification, and one built program per (context, device, target,
-family) whose kernel objects are fetched once and reused."""
+"""Shipped SPIR-V binaries: manifest lookup, sha256 verification, and one program per (context, device, target, family)
+whose kernels are built on first use, each once, and reused."""
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +11,7 @@ from pathlib import Path
 import dpctl
 import dpctl.program
 
-from . import config
+from . import config, spirv_module
 from .errors import ArtifactError
 
 REBUILD_HINT = "rebuild with: python build_scripts/build_spirv.py && python build_scripts/aot.py (see README)"
@@ -43,32 +43,62 @@ class Kernel:
         return f"{self.family}/{self.name} (target {self.target})"
 
 
-@dataclass
 class Program:
-    family: str
-    target: str
-    path: Path
-    entry: dict
-    sycl_program: object
-    kernels: dict[str, Kernel]
+    """One family's shipped binary for one (context, device, target). Kernels are built on first use, each from a
+    one-kernel view of the verified module (xe2rt.spirv_module), so a first call pays for the kernel it launches and
+    not for the whole family; `build_all()` builds the whole module at once (xe2rt.warmup)."""
+
+    def __init__(self, family: str, target: str, path: Path, entry: dict, spirv: bytes, queue: dpctl.SyclQueue):
+        self.family, self.target, self.path, self.entry = family, target, path, entry
+        self._spirv, self._queue = spirv, queue
+        self.kernels: dict[str, Kernel] = {}
 
     @property
     def constants(self) -> dict:
         return self.entry["constants"]
 
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.entry["kernels"])
+
     def kernel(self, name: str | None = None) -> Kernel:
         name = name or self.family
-        try:
-            return self.kernels[name]
-        except KeyError:
-            raise ArtifactError(f"{self.path} has no kernel {name!r}; it has {sorted(self.kernels)}") from None
+        kernel = self.kernels.get(name)
+        if kernel is None:
+            if name not in self.entry["kernels"]:
+                raise ArtifactError(f"{self.path} has no kernel {name!r}; it has {sorted(self.entry['kernels'])}")
+            with _lock:
+                kernel = self.kernels.get(name)
+                if kernel is None:
+                    built = _build_module(self._queue, self, spirv_module.single_kernel(self._spirv, name),
+                                          (self.entry["sha256"], name))
+                    kernel = self.kernels[name] = self._kernel_from(built, name)
+        return kernel
+
+    def build_all(self) -> None:
+        """Build every kernel of the family in one module build (cheaper than one build per kernel)."""
+        with _lock:
+            missing = [n for n in self.entry["kernels"] if n not in self.kernels]
+            if not missing:
+                return
+            built = _build_module(self._queue, self, self._spirv, (self.entry["sha256"], None))
+            for name in missing:
+                self.kernels[name] = self._kernel_from(built, name)
+
+    def _kernel_from(self, sycl_program, name: str) -> Kernel:
+        if not sycl_program.has_sycl_kernel(name):
+            raise ArtifactError(f"{self.path}: kernel {name!r} listed in the manifest is missing from the built "
+                                f"program")
+        return Kernel(name=name, family=self.family, target=self.target,
+                      params=tuple(Param(**p) for p in self.entry["kernels"][name]),
+                      sycl_kernel=sycl_program.get_sycl_kernel(name), constants=self.entry["constants"])
 
 
 _manifest_cache: dict[Path, dict] = {}
 _program_cache: dict[tuple, Program] = {}
 # Identical binaries shipped under several targets (e.g. emulation variants) are built once per context and device.
 _built_by_sha: dict[tuple, object] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()
 
 
 def manifest(kernel_dir: Path | None = None) -> dict:
@@ -105,7 +135,8 @@ def verified_spirv(path: Path, entry: dict) -> bytes:
 
 
 def load(queue: dpctl.SyclQueue, target: str, family: str) -> Program:
-    """The built program for this queue's context and device; built once, then reused."""
+    """The family's program for this queue's context and device: binary read and verified once, kernels built on
+    first use and then reused."""
     key = (queue.sycl_context, queue.sycl_device, target, family, config.kernel_dir())
     program = _program_cache.get(key)
     if program is not None:
@@ -113,36 +144,36 @@ def load(queue: dpctl.SyclQueue, target: str, family: str) -> Program:
     with _lock:
         program = _program_cache.get(key)
         if program is None:
-            program = _build(queue, target, family)
+            path, entry = artifact_entry(target, family)
+            program = Program(family, target, path, entry, verified_spirv(path, entry), queue)
             _program_cache[key] = program
     return program
 
 
-def _build(queue: dpctl.SyclQueue, target: str, family: str) -> Program:
-    path, entry = artifact_entry(target, family)
-    spirv = verified_spirv(path, entry)
-    built_key = (queue.sycl_context, queue.sycl_device, entry["sha256"])
+def _build_module(queue: dpctl.SyclQueue, program: Program, spirv: bytes, what: tuple):
+    """A built SYCL program for this context and device, shared by every target shipping the same binary (e.g. the
+    emulation variants). Called with _lock held."""
+    built_key = (queue.sycl_context, queue.sycl_device, *what)
     sycl_program = _built_by_sha.get(built_key)
     if sycl_program is None:
         try:
             sycl_program = _create_from_spirv(queue, spirv, "")
         except Exception as exc:  # dpctl raises SyclProgramCompilationError without the log on some backends
-            raise ArtifactError(f"building {path} (family {family}, target {target}) for {queue.sycl_device.name!r} "
-                                f"failed: {type(exc).__name__}: {exc}") from exc
+            which = f"kernel {what[1]!r} of " if what[1] else ""
+            raise ArtifactError(f"building {which}{program.path} (family {program.family}, target {program.target}) "
+                                f"for {queue.sycl_device.name!r} failed: {type(exc).__name__}: {exc}") from exc
         _built_by_sha[built_key] = sycl_program
-    kernels = {}
-    for name, signature in entry["kernels"].items():
-        if not sycl_program.has_sycl_kernel(name):
-            raise ArtifactError(f"{path}: kernel {name!r} listed in the manifest is missing from the built program")
-        kernels[name] = Kernel(name=name, family=family, target=target,
-                               params=tuple(Param(**p) for p in signature),
-                               sycl_kernel=sycl_program.get_sycl_kernel(name), constants=entry["constants"])
-    return Program(family, target, path, entry, sycl_program, kernels)
+    return sycl_program
+
+
+generation = 0  # bumped by clear_caches, so caches built on top of this one (ops.common) can tell
 
 
 def clear_caches() -> None:
     """Forget loaded manifests and built programs (tests use it after swapping XE2RT_KERNEL_DIR)."""
+    global generation
     with _lock:
+        generation += 1
         _manifest_cache.clear()
         _program_cache.clear()
         _built_by_sha.clear()

@@ -12,36 +12,47 @@ import numpy as np
 from .errors import InputError, InputTypeError, TargetError
 
 
-def _is_device_array(a) -> bool:
-    return isinstance(a, dpnp.ndarray) or hasattr(a, "__sycl_usm_array_interface__")
+def usm_view(a):
+    """The dpnp.tensor.usm_ndarray behind a device array (its attributes are cheap to read), or None for anything
+    that is not a SYCL USM array."""
+    if isinstance(a, dpnp.ndarray):
+        return a.get_array()
+    if hasattr(a, "usm_data"):
+        return a
+    if hasattr(a, "__sycl_usm_array_interface__"):
+        return dpnp.asarray(a).get_array()  # another USM producer: a zero-copy view
+    return None
 
 
 def device_array(op: str, name: str, a, *, dtypes: Iterable, ndims: Iterable[int]) -> None:
     """a is a dpnp array with one of `dtypes`, one of `ndims` dimensions, and C-contiguous."""
-    if not _is_device_array(a):
+    u = usm_view(a)
+    if u is None:
         raise InputTypeError(f"{op}: {name} must be a dpnp array on a SYCL device, got {type(a).__name__}; "
                              f"use dpnp.asarray({name})")
-    dtypes = [np.dtype(d) for d in dtypes]
-    if np.dtype(a.dtype) not in dtypes:
-        allowed = " or ".join(str(d) for d in dtypes)
-        raise InputTypeError(f"{op}: {name} must be {allowed}, got {np.dtype(a.dtype)}")
-    ndims = tuple(ndims)
-    if a.ndim not in ndims:
+    if u.dtype not in dtypes:
+        allowed = " or ".join(str(np.dtype(d)) for d in dtypes)
+        raise InputTypeError(f"{op}: {name} must be {allowed}, got {np.dtype(u.dtype)}")
+    if u.ndim not in ndims:
         allowed = " or ".join(f"{n}-D" for n in ndims)
-        raise InputError(f"{op}: {name} must be {allowed}, got {a.ndim}-D with shape {tuple(a.shape)}")
-    if not a.flags.c_contiguous:
+        raise InputError(f"{op}: {name} must be {allowed}, got {u.ndim}-D with shape {tuple(u.shape)}")
+    if not u.flags.c_contiguous:
         raise InputError(f"{op}: {name} must be C-contiguous (row-major, unit stride), got strides "
-                         f"{tuple(a.strides)} for shape {tuple(a.shape)}; pass dpnp.ascontiguousarray({name})")
+                         f"{tuple(u.strides)} for shape {tuple(u.shape)}; pass dpnp.ascontiguousarray({name})")
 
 
 def same_queue(op: str, **arrays) -> dpctl.SyclQueue:
     """The one queue all given arrays live on (compute follows data); None entries are skipped."""
-    named = [(n, a) for n, a in arrays.items() if a is not None]
-    first_name, first = named[0]
-    queue = first.sycl_queue
-    for name, a in named[1:]:
-        if a.sycl_queue != queue:
-            same_ctx = a.sycl_queue.sycl_context == queue.sycl_context
+    queue = first_name = first = None
+    for name, a in arrays.items():
+        if a is None:
+            continue
+        if queue is None:
+            first_name, first, queue = name, a, a.sycl_queue
+            continue
+        other = a.sycl_queue
+        if other is not queue and other != queue:
+            same_ctx = other.sycl_context == queue.sycl_context
             what = "different queues of one context" if same_ctx else "different SYCL contexts"
             raise InputError(f"{op}: {name} and {first_name} are on {what} ({a.sycl_device.name!r} vs "
                              f"{first.sycl_device.name!r}); all arrays of one call must share a queue: "
@@ -49,8 +60,14 @@ def same_queue(op: str, **arrays) -> dpctl.SyclQueue:
     return queue
 
 
+_fp16_by_queue: dict = {}
+
+
 def require_fp16(op: str, queue: dpctl.SyclQueue) -> None:
-    if not queue.sycl_device.has_aspect_fp16:
+    fp16 = _fp16_by_queue.get(queue)
+    if fp16 is None:
+        fp16 = _fp16_by_queue[queue] = queue.sycl_device.has_aspect_fp16
+    if not fp16:
         raise TargetError(f"{op}: device {queue.sycl_device.name!r} has no fp16 support (aspect fp16), "
                           f"which this kernel needs")
 
@@ -67,9 +84,9 @@ def out_array(op: str, out, *, shape: tuple, dtype, queue: dpctl.SyclQueue, inpu
 
 
 def _byte_range(a) -> tuple[int, int]:
-    interface = a.__sycl_usm_array_interface__  # base pointer + element offset (a view starts `offset` in)
-    start = interface["data"][0] + interface.get("offset", 0) * a.itemsize
-    return start, start + a.size * a.itemsize
+    u = usm_view(a)  # _pointer is the first element's address (a view starts `offset` elements in)
+    start = u._pointer
+    return start, start + u.size * u.itemsize
 
 
 def overlaps(a, b) -> bool:

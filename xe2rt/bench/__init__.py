@@ -8,5 +8,6 @@ FAMILIES = {
     "gemv_fp16": "xe2rt.bench.gemv_fp16",
     "gemv_w4a16": "xe2rt.bench.gemv_w4a16",
     "gemv_w8a16": "xe2rt.bench.gemv_w8a16",
+    "launch": "xe2rt.bench.launch",
     "softmax_topk": "xe2rt.bench.routing",
 }

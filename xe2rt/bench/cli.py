@@ -82,8 +82,14 @@ def run(args: argparse.Namespace) -> int:
     read_gbps = max(read_before, read_after)
     ctx.say(f"    {read_after:.1f} GB/s (start {read_before:.1f})")
     rows = [result.finish(read_gbps).as_dict() for result in results]
-    table = format_table(rows, read_gbps)
-    print(table)
+    kernel_rows = [r for r in rows if r["family"] != "launch"]
+    launch_rows = [r for r in rows if r["family"] == "launch"]
+    if kernel_rows:
+        print(format_table(kernel_rows, read_gbps))
+    if launch_rows:
+        from .launch import format_table as format_launch_table
+        print()
+        print(format_launch_table(launch_rows))
     report = {"xe2rt_version": xe2rt.__version__, "device": ctx.device.name, "target": ctx.target,
               "driver": ctx.device.driver_version, "host": platform.node(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "quick": args.quick, "read_gbps": read_gbps, "read_gbps_start": read_before,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dpnp
 import numpy as np
 
-from .. import validate
+from .. import launch, validate
 from ..errors import InputError, InputTypeError
 from .common import ceil_div, is_xe2
 
@@ -81,5 +81,5 @@ def output(out, y_shape: tuple, queue, n: int, k: int, m: int = 1):
     results: an empty y, or zeros for K = 0)."""
     y = out if out is not None else dpnp.empty(y_shape, dtype=np.float16, sycl_queue=queue)
     if m and n and not k:
-        y.fill(0)
+        launch.host_step(lambda: y.fill(0))
     return y, m == 0 or n == 0 or k == 0

@@ -36,7 +36,7 @@ def variants(program) -> dict[tuple[str, int, int], tuple[str, int]]:
     key = (program.target, str(program.path))
     if key not in _variants_cache:
         table = {}
-        for name in program.kernels:
+        for name in program.kernel_names:
             m = _VARIANT_RE.match(name)
             if m:
                 tag, n, k, w = m.group(1), *map(int, m.groups()[1:])

@@ -1,0 +1,206 @@
+"""xe2rt.bind (validate and pack once, launch many) and the warm-call replay of the public ops (xe2rt.fastcall):
+both must give exactly what a fresh call gives, raise exactly the op's errors, and hold what they use."""
+import gc
+import os
+
+import dpnp
+import numpy as np
+import pytest
+
+import xe2rt
+from xe2rt import fastcall, launch
+
+from conftest import to_device
+
+
+def make_args(queue, rng):
+    """One valid call per public op: (op, args, kwargs)."""
+    x = to_device(rng.standard_normal(256).astype(np.float16), queue)
+    w = to_device(rng.standard_normal((40, 256)).astype(np.float16), queue)
+    w_host = rng.standard_normal((40, 256)).astype(np.float16)
+    a = to_device(rng.standard_normal((5, 256)).astype(np.float16), queue)
+    logits = to_device(rng.standard_normal((7, 64)).astype(np.float16), queue)
+    return [
+        (xe2rt.gemv_fp16, (x, w), {}),
+        (xe2rt.gemv_w4a16, (x, xe2rt.quantize_w4(w_host, group_size=32, symmetric=False).to_device(queue)), {}),
+        (xe2rt.gemv_w8a16, (x, xe2rt.quantize_w8(w_host).to_device(queue)), {}),
+        (xe2rt.gemm_fp16, (a, w), {"bias": to_device(np.ones(40, np.float16), queue), "activation": "gelu",
+                                   "b_layout": "nk"}),
+        (xe2rt.softmax_topk, (logits, 6), {}),
+        (xe2rt.topk, (logits, 3), {}),
+    ]
+
+
+def as_numpy(result):
+    return tuple(r.asnumpy() for r in result) if isinstance(result, tuple) else result.asnumpy()
+
+
+def assert_same(a, b):
+    a, b = (a, b) if isinstance(a, tuple) else ((a,), (b,))
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("index", range(6), ids=["gemv_fp16", "gemv_w4a16", "gemv_w8a16", "gemm_fp16",
+                                                 "softmax_topk", "topk"])
+def test_every_public_op_binds(queue, index):
+    rng = np.random.default_rng(index)
+    op, args, kwargs = make_args(queue, rng)[index]
+    plan = xe2rt.bind(op, *args, **kwargs)
+    assert plan.launches >= 1
+    first = as_numpy(plan())
+    assert_same(first, as_numpy(op(*args, **kwargs)))
+    # New contents in the same arrays: the plan computes on them.
+    args[0][...] = to_device((rng.standard_normal(args[0].shape) * 2).astype(np.float16), queue)
+    again = as_numpy(plan())
+    assert_same(again, as_numpy(op(*args, **kwargs)))
+    assert plan.launch() is not None
+    assert "launch" in repr(plan)
+
+
+def test_plan_returns_the_same_output_arrays(queue, rng):
+    x = to_device(rng.standard_normal(64).astype(np.float16), queue)
+    w = to_device(rng.standard_normal((8, 64)).astype(np.float16), queue)
+    plan = xe2rt.bind(xe2rt.gemv_fp16, x, w)
+    assert plan() is plan() is plan.result
+
+
+def test_bind_raises_the_ops_errors_before_queuing(queue, rng):
+    x = to_device(rng.standard_normal(64).astype(np.float16), queue)
+    w32 = to_device(rng.standard_normal((8, 64)).astype(np.float32), queue)
+    w_bad_k = to_device(rng.standard_normal((8, 65)).astype(np.float16), queue)
+    cases = [
+        (xe2rt.gemv_fp16, (x, w32), {}),
+        (xe2rt.gemv_fp16, (x, w_bad_k), {}),
+        (xe2rt.gemv_fp16, (x.asnumpy(), w_bad_k), {}),
+        (xe2rt.softmax_topk, (to_device(np.ones((2, 8), np.float16), queue), 9), {}),
+        (xe2rt.gemm_fp16, (x.reshape(1, 64), w_bad_k), {"b_layout": "nk"}),
+        (xe2rt.gemv_w4a16, (x, "not weights"), {}),
+    ]
+    for op, args, kwargs in cases:
+        with pytest.raises(xe2rt.Xe2rtError) as from_op:
+            op(*args, **kwargs)
+        with pytest.raises(type(from_op.value)) as from_bind:
+            xe2rt.bind(op, *args, **kwargs)
+        assert str(from_bind.value) == str(from_op.value)
+    assert not launch.is_recording()  # a failed bind leaves no recording behind
+
+
+def test_plan_holds_its_arrays(queue, rng):
+    w_host = rng.standard_normal((8, 64)).astype(np.float16)
+    x_host = rng.standard_normal(64).astype(np.float16)
+    x, w = to_device(x_host, queue), to_device(w_host, queue)
+    plan = xe2rt.bind(xe2rt.gemv_fp16, x, w)
+    del x, w
+    gc.collect()
+    # Were the plan's arrays freed, these would likely take their memory and change the result.
+    decoys = [to_device(np.full((8, 64), 7, np.float16), queue) for _ in range(8)]
+    y = plan().asnumpy()
+    assert len(decoys) == 8
+    np.testing.assert_allclose(y.astype(np.float32), w_host.astype(np.float32) @ x_host.astype(np.float32),
+                               rtol=1e-2, atol=1e-2)
+
+
+def test_bind_rejects_non_callables():
+    with pytest.raises(TypeError, match="op must be an xe2rt op"):
+        xe2rt.bind("gemv_fp16")
+
+
+# ---- warm-call replay (xe2rt.fastcall) ----
+
+def test_warm_calls_on_new_arrays_match_fresh_calls(queue, rng):
+    """Same facts, different arrays and contents (and views at offsets): the replay reads the new arrays."""
+    fastcall.clear()
+    w = to_device(rng.standard_normal((24, 128)).astype(np.float16), queue)
+    buffer = dpnp.zeros(8 + 3 * 128, dtype=np.float16, sycl_queue=queue)
+    for step in range(6):
+        x_host = rng.standard_normal(128).astype(np.float16)
+        x = buffer[8 + (step % 3) * 128: 8 + (step % 3 + 1) * 128] if step % 2 else to_device(x_host, queue)
+        if step % 2:
+            x[...] = to_device(x_host, queue)
+        y = xe2rt.gemv_fp16(x, w)
+        expect = xe2rt.ops.gemv_fp16.gemv_fp16(x, w)  # the op itself, no replay
+        np.testing.assert_array_equal(y.asnumpy(), expect.asnumpy())
+
+
+def test_warm_call_still_refuses_overlapping_out(queue, rng):
+    fastcall.clear()
+    buffer = to_device(rng.standard_normal(256).astype(np.float16), queue)
+    w = to_device(rng.standard_normal((64, 64)).astype(np.float16), queue)
+    xe2rt.gemv_fp16(buffer[:64], w, out=buffer[128:192])  # cached with a disjoint out
+    with pytest.raises(xe2rt.InputError, match="out overlaps input x"):
+        xe2rt.gemv_fp16(buffer[:64], w, out=buffer[32:96])
+
+
+def test_warm_call_follows_target_variable(queue, rng, monkeypatch):
+    """XE2RT_TARGET is part of the key: changing it between calls changes the kernels (here: a bad value raises)."""
+    fastcall.clear()
+    x = to_device(rng.standard_normal(64).astype(np.float16), queue)
+    w = to_device(rng.standard_normal((8, 64)).astype(np.float16), queue)
+    xe2rt.gemv_fp16(x, w)
+    monkeypatch.setenv("XE2RT_TARGET", "nonsense")
+    with pytest.raises(xe2rt.ConfigError, match="XE2RT_TARGET='nonsense'"):
+        xe2rt.gemv_fp16(x, w)
+
+
+def test_calls_the_cache_cannot_express_still_run(queue, rng):
+    """K = 0 zero-fills through dpnp (a host step): never replayed, always right."""
+    fastcall.clear()
+    for _ in range(3):
+        w = to_device(np.ones((5, 0), np.float16), queue)
+        x = to_device(np.ones(0, np.float16), queue)
+        y = xe2rt.gemv_fp16(x, w)
+        np.testing.assert_array_equal(y.asnumpy(), np.zeros(5, np.float16))
+
+
+def test_dtype_change_is_a_new_key(queue, rng):
+    fastcall.clear()
+    logits16 = to_device(rng.standard_normal((4, 32)).astype(np.float16), queue)
+    logits32 = to_device(rng.standard_normal((4, 32)).astype(np.float32), queue)
+    v16, _ = xe2rt.softmax_topk(logits16, 4)
+    v32, _ = xe2rt.softmax_topk(logits32, 4)
+    assert v16.dtype == np.float16 and v32.dtype == np.float32
+
+
+def test_env_reads_see_changes():
+    os.environ["XE2RT_TARGET"] = "cpu"
+    try:
+        assert fastcall._env("XE2RT_TARGET") in ("cpu", b"cpu")
+    finally:
+        del os.environ["XE2RT_TARGET"]
+    assert fastcall._env("XE2RT_TARGET") is None
+
+
+def test_reused_output_buffers_never_alias_live_results(queue, rng):
+    """Warm calls take their outputs from a pool of buffers nobody references any more: results that are kept, or
+    still being read by queued dpnp work, are never handed out again."""
+    fastcall.clear()
+    w_host = rng.standard_normal((32, 64)).astype(np.float16)
+    w = to_device(w_host, queue)
+    kept, readers = [], []
+    for step in range(200):
+        x_host = (rng.standard_normal(64) * (step % 7 + 1)).astype(np.float16)
+        y = xe2rt.gemv_fp16(to_device(x_host, queue), w)
+        if step % 10 == 0:
+            kept.append((x_host, y))
+        if step % 10 == 5:
+            readers.append((x_host, y * 1))  # a dpnp op reading y, queued; y itself is dropped
+    for x_host, y in kept + readers:
+        expect = xe2rt.ops.gemv_fp16.gemv_fp16(to_device(x_host, queue), w).asnumpy()
+        np.testing.assert_array_equal(y.asnumpy(), expect)
+
+
+def test_output_pool_hands_out_only_unreferenced_arrays(queue):
+    """The pool's reference-count rule: a dropped result is reused; one still reachable through a view, its
+    usm_ndarray or its USM memory is not."""
+    dt = np.dtype(np.float16)
+    first = fastcall._new_array((16,), dt, queue)
+    first_id = id(first)
+    del first
+    again = fastcall._new_array((16,), dt, queue)
+    assert id(again) == first_id
+    for hold in (lambda a: a[2:], lambda a: a.get_array(), lambda a: a.get_array().usm_data):
+        held, held_id = hold(again), id(again)
+        del again
+        again = fastcall._new_array((16,), dt, queue)
+        assert id(again) != held_id, held

@@ -1,0 +1,86 @@
+"""First calls build only the kernel they launch (one-kernel views of the verified module); warmup builds whole
+families. The one-kernel views are valid SPIR-V with exactly one entry point."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import xe2rt
+from xe2rt import artifacts, config, fastcall, spirv_module
+
+from conftest import to_device
+
+KERNEL_DIR = config.kernel_dir()
+MANIFEST = artifacts.manifest(KERNEL_DIR)
+BINARIES = sorted(MANIFEST["artifacts"])
+
+
+@pytest.fixture
+def fresh_caches():
+    artifacts.clear_caches()
+    fastcall.clear()
+    yield
+    artifacts.clear_caches()
+
+
+def test_first_call_builds_one_kernel(queue, rng, fresh_caches):
+    logits = to_device(rng.standard_normal((3, 128)).astype(np.float32), queue)
+    xe2rt.softmax_topk(logits, 8, target="cpu")
+    program = artifacts.load(queue, "cpu", "softmax_topk")
+    assert len(program.kernels) == 1 and next(iter(program.kernels)).startswith("softmax_topk_f32_n128_k8_"), \
+        list(program.kernels)
+    assert len(program.kernel_names) > 10
+
+
+def test_warmup_builds_whole_families(queue, fresh_caches):
+    seconds = xe2rt.warmup(queue, ["gemv_w8a16", "gemv_w4a16_alt"], target="cpu")
+    assert set(seconds) == {"gemv_w8a16", "gemv_w4a16_alt"} and all(s > 0 for s in seconds.values())
+    for family in seconds:
+        program = artifacts.load(queue, "cpu", family)
+        assert set(program.kernels) == set(program.kernel_names)
+
+
+def test_warmup_rejects_unknown_families(queue):
+    with pytest.raises(xe2rt.InputError, match=r"warmup: no family 'gemv_int3' for target 'cpu'; shipped: "):
+        xe2rt.warmup(queue, ["gemv_int3"], target="cpu")
+
+
+def test_kernels_of_one_family_come_from_one_verified_binary(queue, rng, fresh_caches):
+    """Two kernels of one family built separately, both right: each view is complete on its own."""
+    w_host = rng.standard_normal((33, 256)).astype(np.float16)
+    x_host = rng.standard_normal(256).astype(np.float16)
+    x = to_device(x_host, queue)
+    ref = w_host.astype(np.float64) @ x_host.astype(np.float64)
+    for group_size, symmetric in ((32, False), (128, True)):
+        qw = xe2rt.quantize_w4(w_host, group_size=group_size, symmetric=symmetric)
+        y = xe2rt.gemv_w4a16(x, qw.to_device(queue), target="cpu").asnumpy().astype(np.float64)
+        dq = qw.dequantize().astype(np.float64) @ x_host.astype(np.float64)
+        np.testing.assert_allclose(y, dq, rtol=2e-2, atol=2e-2 * np.abs(ref).max())
+    assert len(artifacts.load(queue, "cpu", "gemv_w4a16").kernels) == 2
+
+
+@pytest.mark.parametrize("key", BINARIES)
+def test_one_kernel_views_are_valid_spirv(key, tmp_path):
+    spirv = (KERNEL_DIR / key).read_bytes()
+    names = list(MANIFEST["artifacts"][key]["kernels"])
+    assert sorted(spirv_module.entry_points(spirv)) == sorted(names)
+    validator = shutil.which("spirv-val")
+    for name in names:
+        view = spirv_module.single_kernel(spirv, name)
+        assert list(spirv_module.entry_points(view)) == [name]
+        if validator:
+            path = tmp_path / f"{name}.spv"
+            path.write_bytes(view)
+            result = subprocess.run([validator, str(path)], capture_output=True, text=True)
+            assert result.returncode == 0, (key, name, result.stdout + result.stderr)
+    if not validator:
+        pytest.skip("spirv-val (Debian package spirv-tools) is not installed: views checked for entry points only")
+
+
+def test_single_kernel_rejects_unknown_names_and_non_spirv():
+    spirv = (KERNEL_DIR / "cpu" / "gemv_fp16.spv").read_bytes()
+    with pytest.raises(KeyError, match="no kernel 'nope'"):
+        spirv_module.single_kernel(spirv, "nope")
+    with pytest.raises(ValueError, match="not a SPIR-V module"):
+        spirv_module.single_kernel(b"\0" * 7, "x")

@@ -1,0 +1,293 @@
+"""Warm calls at close to the cost of the submission itself.
+
+An op's checks, kernel choice, geometry and argument packing depend only on facts about its arguments that do not
+change between calls of a decode loop: each array's dtype, shape, contiguity, queue and base alignment, the values of
+its non-array arguments, the XE2RT_* variables and the per-call target. `cached(op)` keys calls by exactly those
+facts. The first call with a key runs the op as usual (so every error is the op's own) while recording its launches
+(launch.recording, as xe2rt.bind does), and remembers, for each packed kernel argument, which of the call's arrays it
+was. A later call with the same key replays those launches with its own arrays substituted and fresh outputs
+allocated: nothing that the facts determine is recomputed, and nothing that they do not determine is reused.
+
+Two checks depend on more than the key and run on every replayed call: `out=` must not overlap an input (byte ranges
+of this call's arrays; on overlap the op itself is called and raises), and arrays must be device arrays at all (the
+key cannot be formed otherwise, and the op is called). Calls the cache cannot express (an op that allocates
+temporaries, queues dpnp work, or takes arguments other than arrays, quantized weights, tuples and plain scalars) are
+simply passed to the op every time. The cache holds no arrays: a replay keeps its own arrays alive until its kernels
+complete, like any launch.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import math
+import os
+import sys
+import threading
+
+import dpctl
+import dpctl.memory
+import dpnp
+import dpnp.tensor as dpt
+
+from . import artifacts, launch
+
+_SCALAR_TYPES = frozenset((int, float, str, bool, type(None)))
+ALIGNMENT = 64  # base-address residue kept in the key: the strictest alignment any kernel choice depends on
+MAX_ENTRIES = 1024
+_UNCACHEABLE = object()
+_environ_bytes = getattr(os.environ, "_data", None)
+
+
+def _env(name: str):
+    """An XE2RT_* variable as it is now (os.environ's own bytes dict when CPython has one: a tenth of the cost)."""
+    if _environ_bytes is not None:
+        return _environ_bytes.get(_ENV_KEYS.get(name) or name.encode())
+    return os.environ.get(name)
+
+
+_ENV_KEYS = {name: name.encode() for name in ("XE2RT_TARGET", "XE2RT_KERNEL_DIR")}
+
+
+def _usm(a):
+    if isinstance(a, dpnp.ndarray):
+        return a.get_array()
+    if isinstance(a, dpt.usm_ndarray):
+        return a
+    return None
+
+
+_DPNP_ARRAY = dpnp.ndarray
+_fields_by_type: dict = {}
+
+
+def _flatten(value, facts: list, arrays: list) -> bool:
+    """Append the facts of `value` to `facts` and its arrays (the object passed, and its usm_ndarray) to `arrays`;
+    False if the value is of a kind the key cannot express. Queues enter the key by identity: an entry holds its
+    queue, so the identity cannot be reused while the entry can be found."""
+    kind = type(value)
+    if kind is _DPNP_ARRAY or kind is dpt.usm_ndarray:
+        u = value.get_array() if kind is _DPNP_ARRAY else value
+        facts.append((kind, u.dtype, u.shape, u.flags.c_contiguous, id(u.sycl_queue), u._pointer % ALIGNMENT))
+        arrays.append((value, u))
+        return True
+    if kind in _SCALAR_TYPES:
+        facts.append(kind)
+        facts.append(value)
+        return True
+    if kind is tuple or kind is list:
+        facts.append(kind)
+        facts.append(len(value))
+        for item in value:
+            if not _flatten(item, facts, arrays):
+                return False
+        return True
+    names = _fields_by_type.get(kind)
+    if names is None:
+        if not (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+            return False
+        names = _fields_by_type[kind] = tuple(f.name for f in dataclasses.fields(value))
+    facts.append(kind)
+    for name in names:
+        if not _flatten(getattr(value, name), facts, arrays):
+            return False
+    return True
+
+
+def _memory(u):
+    return u.usm_data if u._element_offset == 0 else dpctl.memory.as_usm_memory(u)
+
+
+def _byte_range(u) -> tuple[int, int]:
+    return u._pointer, u._pointer + u.size * u.itemsize
+
+
+class _Entry:
+    """How to replay one call signature: per launch the kernel, ranges and, per argument, either a constant (scalars,
+    local memory) or the index of the call's array or of a fresh output."""
+    __slots__ = ("launches", "fresh", "result", "out_arrays")
+
+    def __init__(self, launches, fresh, result, out_arrays):
+        self.launches, self.fresh, self.result, self.out_arrays = launches, fresh, result, out_arrays
+
+
+def _analyse(steps: list, arrays: list, result, n_out_args: int):
+    """An _Entry for the recorded steps, or None when they use anything but the call's arrays and its outputs."""
+    if any(not isinstance(step, launch.Submission) for step in steps):
+        return None
+    by_id = {id(obj): i for i, (obj, _) in enumerate(arrays)}
+    results = list(result) if isinstance(result, tuple) else [result]
+    fresh, result_slots = [], []
+    for r in results:
+        u = _usm(r)
+        if u is None:
+            return None
+        if id(r) in by_id:
+            result_slots.append(("in", by_id[id(r)]))
+        else:
+            result_slots.append(("new", len(fresh)))
+            fresh.append((id(r), u.shape, u.dtype, u.sycl_queue))
+    fresh_ids = {obj_id: i for i, (obj_id, *_) in enumerate(fresh)}
+    launches = []
+    for step in steps:
+        slots = []
+        for value, packed in zip(step.keep, step.packed):
+            if isinstance(packed, dpctl.memory._memory._Memory):
+                if id(value) in by_id:
+                    slots.append(("in", by_id[id(value)]))
+                elif id(value) in fresh_ids:
+                    slots.append(("new", fresh_ids[id(value)]))
+                else:
+                    return None  # a temporary the op allocated: not ours to reuse
+            else:
+                slots.append(("const", packed))
+        launches.append((step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, slots))
+    fresh = [(shape, dtype, queue) for _, shape, dtype, queue in fresh]
+    out_arrays = list(range(len(arrays) - n_out_args, len(arrays)))
+    return _Entry(launches, fresh, (isinstance(result, tuple), result_slots), out_arrays)
+
+
+class _OutputPool:
+    """Output arrays for replayed calls, handed out again once nothing but the pool refers to them.
+
+    dpctl frees USM memory with sycl::free, which on the OpenCL runtime is a blocking free: it waits for the queued
+    kernels that may use the allocation, so a decode loop that drops each step's output would wait for the device at
+    every free, and building a new array costs more than the launch. An array is handed out again only when the
+    reference counts of the dpnp array, its usm_ndarray and its USM memory show that no user reference, view,
+    in-flight launch (launch._in_flight holds launched arrays until their kernels complete) or dpnp keep-alive task
+    holds any of them: then no queued work can still read or write it. Small outputs only (decode vectors), bounded in
+    count and bytes; a few candidates are looked at per call, oldest first."""
+    MAX_BYTES_EACH = 1 << 20
+    MAX_PER_SHAPE = 64
+    MAX_TOTAL = 64 << 20
+    TRIES = 4
+
+    def __init__(self):
+        self._arrays: dict = {}
+        self._total = 0
+
+    def array(self, shape, dtype, queue):
+        nbytes = max(1, dtype.itemsize * math.prod(shape))
+        if nbytes > self.MAX_BYTES_EACH:
+            return _fresh_array(shape, dtype, queue, nbytes)
+        ring = self._arrays.get((shape, dtype, id(queue)))
+        if ring is None:
+            ring = self._arrays[(shape, dtype, id(queue))] = collections.deque()
+        for _ in range(min(self.TRIES, len(ring))):
+            candidate = ring[0]
+            ring.rotate(-1)
+            # References when unused: the ring, `candidate` and getrefcount's argument (array); the array, `u` and
+            # the argument (usm_ndarray); the usm_ndarray and the argument (memory).
+            if sys.getrefcount(candidate) == 3:
+                u = candidate.get_array()
+                if sys.getrefcount(u) == 3 and sys.getrefcount(u.usm_data) == 2:
+                    return candidate
+        array = _fresh_array(shape, dtype, queue, nbytes)
+        if len(ring) < self.MAX_PER_SHAPE and self._total + nbytes <= self.MAX_TOTAL:
+            ring.append(array)
+            self._total += nbytes
+        return array
+
+
+def _fresh_array(shape, dtype, queue, nbytes):
+    memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
+    return dpnp.ndarray._create_from_usm_ndarray(dpt.usm_ndarray(shape, dtype=dtype, buffer=memory))
+
+
+_pool = _OutputPool()
+
+
+def _new_array(shape, dtype, queue):
+    with _entries_lock:
+        return _pool.array(shape, dtype, queue)
+
+
+def _overlapping(entry: _Entry, arrays: list) -> bool:
+    for i in entry.out_arrays:
+        out_u = arrays[i][1]
+        if not out_u.size:
+            continue
+        o0, o1 = _byte_range(out_u)
+        for j, (_, u) in enumerate(arrays):
+            if j not in entry.out_arrays and u.size:
+                a0, a1 = _byte_range(u)
+                if o0 < a1 and a0 < o1:
+                    return True
+    return False
+
+
+def _replay(entry: _Entry, arrays: list):
+    new = [_new_array(*spec) for spec in entry.fresh]
+    memories = [None] * len(arrays)
+    keep = (tuple(obj for obj, _ in arrays), tuple(new))
+    for queue, sycl_kernel, global_size, local_size, in_order, slots in entry.launches:
+        packed = []
+        for kind, what in slots:
+            if kind == "const":
+                packed.append(what)
+            elif kind == "in":
+                memory = memories[what]
+                if memory is None:
+                    memory = memories[what] = _memory(arrays[what][1])
+                packed.append(memory)
+            else:
+                packed.append(new[what].get_array().usm_data)
+        launch.ordered_submit(queue, sycl_kernel, packed, global_size, local_size, keep, in_order)
+    is_tuple, slots = entry.result
+    results = [arrays[what][0] if kind == "in" else new[what] for kind, what in slots]
+    return tuple(results) if is_tuple else results[0]
+
+
+_entries: dict = {}
+_entries_lock = threading.Lock()
+
+
+def cached(op):
+    """`op` with warm calls replayed from the launches its first call with the same facts recorded."""
+
+    @functools.wraps(op)
+    def call(*args, **kwargs):
+        if launch.is_recording():  # inside xe2rt.bind or a composite op: the outer recording takes the launches
+            return op(*args, **kwargs)
+        facts, arrays = [op, _env("XE2RT_TARGET"), _env("XE2RT_KERNEL_DIR"), artifacts.generation], []
+        ok = _flatten(args, facts, arrays)
+        for name in sorted(kwargs):  # `out` last, so its arrays are the last ones
+            if name != "out":
+                facts.append(name)
+                ok = ok and _flatten(kwargs[name], facts, arrays)
+        n_before_out = len(arrays)
+        if "out" in kwargs:
+            facts.append("out")
+            ok = ok and _flatten(kwargs["out"], facts, arrays)
+        n_out_args = len(arrays) - n_before_out
+        if not ok:
+            return op(*args, **kwargs)
+        try:
+            key = tuple(facts)
+            entry = _entries.get(key)
+        except TypeError:  # an unhashable fact (e.g. a scalar subclass): no caching
+            return op(*args, **kwargs)
+        if entry is _UNCACHEABLE:
+            return op(*args, **kwargs)
+        if entry is not None:
+            if entry.out_arrays and _overlapping(entry, arrays):
+                return op(*args, **kwargs)  # the op raises its own overlap error
+            return _replay(entry, arrays)
+        with launch.recording() as steps:
+            result = op(*args, **kwargs)
+        for step in steps:  # the first call runs exactly what was recorded
+            step.submit() if isinstance(step, launch.Submission) else step()
+        entry = _analyse(steps, arrays, result, n_out_args)
+        with _entries_lock:
+            if len(_entries) >= MAX_ENTRIES:
+                _entries.clear()
+            _entries[key] = entry if entry is not None else _UNCACHEABLE
+        return result
+
+    call.__wrapped_op__ = op
+    return call
+
+
+def clear() -> None:
+    with _entries_lock:
+        _entries.clear()
