@@ -1,11 +1,15 @@
 """Ahead-of-time compile every bmg/lnl SPIR-V binary with Intel's offline compiler and record what it reports.
 
-No Xe2 GPU is needed: ocloc compiles the shipped SPIR-V to native Xe2 code, and `ocloc disasm` exposes the zebin's
-.ze_info (SIMD width, GRF count, spill size, SLM, has_dpas) and the ISA (where `dpas` and block loads show). The
-runtime still loads SPIR-V through dpctl; this report is the evidence that the Xe2 binaries suit the chips.
+No Xe2 GPU is needed: ocloc compiles the shipped SPIR-V to native Xe2 code, and the same compile, asked for IGC's shader
+dump, writes the zebin's .zeinfo (SIMD width, GRF count, spill size, private size, SLM, has_dpas) and each kernel's
+annotated ISA, from which build_scripts/hotloop.py reads the hot loop (instructions, DPAS, sends and their bytes,
+private-memory sends). The runtime still loads SPIR-V through dpctl; this report is the evidence that the Xe2
+binaries suit the chips.
 
-Rules (a failure exits non-zero): the compile succeeds; every kernel is SIMD16; no kernel spills; a family whose
-spec says `expect_dpas = true` has DPAS instructions in every kernel.
+Rules (a failure exits non-zero): the compile succeeds; every kernel is SIMD16; no kernel spills; no kernel sends to
+private memory (scratch: an accumulator tile indexed at run time lands there, and `spill_size` does not count it);
+a family whose spec says `expect_dpas = true` has DPAS instructions in every kernel. The rules hold for every bmg/lnl
+binary, the software-DPAS / 2D-block families (gemm_fp16_xe2emu, gemm_fp16_ult) included.
 
     python build_scripts/aot.py            # compile, check the rules, record the report in the manifest
     python build_scripts/aot.py --check    # compile, check the rules, and compare with the recorded report
@@ -23,6 +27,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (KERNEL_DIR, MANIFEST, OCLOC_DEVICE, REBUILD_COMMAND, XE2_TARGETS, load_manifest,  # noqa: E402
                     sha256_file, write_json_atomic)
+from hotloop import report_file  # noqa: E402
 from ocloc import Ocloc, find_ocloc  # noqa: E402
 
 REQUIRED_SIMD = 16
@@ -33,28 +38,31 @@ IGC_SYMBOL_TABLE_PROGRAM = "Intel_Symbol_Table_Void_Program"
 
 def compile_and_inspect(tool: Ocloc, spv: Path, target: str, options: str, work: Path) -> dict:
     out_base = work / f"{spv.stem}_{target}"
+    dump = work / f"dump_{spv.stem}_{target}"
+    # The shader dump does not change the code (same ISA with and without it); it adds the annotated .asm per kernel.
+    dump_options = f"{options} -igc_opts 'ShaderDumpEnable=1,DumpToCustomDir={dump}'".strip()
     args = ["compile", "-file", str(spv), "-spirv_input", "-device", OCLOC_DEVICE[target],
-            "-output", str(out_base), "-output_no_suffix"]
-    if options:
-        args += ["-options", options]
+            "-output", str(out_base), "-output_no_suffix", "-options", dump_options]
     proc = tool.run(args)
     binary = out_base.with_suffix(".bin")
     if proc.returncode != 0 or not binary.exists():
         raise SystemExit(f"ocloc failed for {target}/{spv.name} (options {options!r}):\n{proc.stdout}{proc.stderr}")
-    dump = work / f"dump_{spv.stem}_{target}"
-    proc = tool.run(["disasm", "-file", str(binary), "-dump", str(dump), "-device", OCLOC_DEVICE[target]])
-    ze_info_path = dump / ".ze_info"
-    if not ze_info_path.exists():
-        raise SystemExit(f"ocloc disasm wrote no .ze_info for {target}/{spv.name}:\n{proc.stdout}{proc.stderr}")
-    ze_info = yaml.safe_load(ze_info_path.read_text())
+    ze_info_paths = sorted(dump.glob("*.zeinfo"))
+    if len(ze_info_paths) != 1:
+        raise SystemExit(f"expected one .zeinfo in IGC's dump for {target}/{spv.name}, found {len(ze_info_paths)}")
+    ze_info = yaml.safe_load(ze_info_paths[0].read_text())
+    asm = {}
+    for path in sorted(dump.glob("*_simd*_entry_*.asm")):
+        name, hot = report_file(path)
+        if name:
+            asm[name] = (path.read_text(errors="replace"), hot)
     kernels = {}
     for kernel in ze_info.get("kernels", []):
         if kernel["name"] == IGC_SYMBOL_TABLE_PROGRAM:
             continue
         env = kernel.get("execution_env", {})
-        asm_path = dump / f".text.{kernel['name']}.asm"
-        asm = asm_path.read_text() if asm_path.exists() else ""
-        dpas_count = len(re.findall(r"^\s*(?:\([^)]*\)\s*)?dpas\.", asm, re.M))
+        text, hot = asm.get(kernel["name"], ("", {}))
+        dpas_count = len(re.findall(r"^\s*(?:\([^)]*\)\s*)?dpas\.", text, re.M))
         kernels[kernel["name"]] = {
             "simd_size": env.get("simd_size"),
             "grf_count": env.get("grf_count"),
@@ -63,9 +71,11 @@ def compile_and_inspect(tool: Ocloc, spv: Path, target: str, options: str, work:
             "slm_size": env.get("slm_size", 0),
             "has_dpas": bool(env.get("has_dpas", False)),
             "dpas_instructions": dpas_count,
-            "block_loads": len(re.findall(r"load\.ugm\.d\d+x\d+t", asm)),
+            "block_loads": len(re.findall(r"load\.ugm\.d\d+x\d+t|load_block2d\.ugm\.d\d+\w*\.a64 ", text)),
             "reqd_sub_group_size": kernel.get("user_attributes", {}).get("intel_reqd_sub_group_size"),
-            "asm_instructions": sum(1 for line in asm.splitlines() if re.match(r"^\s*(\(\S+\)\s*)?[a-z]", line)),
+            "asm_instructions": hot.get("kernel_instructions", 0),
+            "private_sends": hot.get("kernel_private_sends", 0),
+            "hot_loop": hot.get("hot_loop"),
         }
     return kernels
 
@@ -79,6 +89,9 @@ def rule_violations(key: str, kernels: dict, expect_dpas: bool) -> list[str]:
             problems.append(f"{key}:{name}: SIMD{k['simd_size']}, expected SIMD{REQUIRED_SIMD}")
         if k["spill_size"]:
             problems.append(f"{key}:{name}: spills {k['spill_size']} bytes (GRF {k['grf_count']}); reduce VL/tile")
+        if k.get("private_sends"):
+            problems.append(f"{key}:{name}: {k['private_sends']} sends to private memory (scratch; private_size "
+                            f"{k['private_size']}): index register arrays with constants only (unrolled loops)")
         if expect_dpas and not (k["has_dpas"] and k["dpas_instructions"] > 0):
             problems.append(f"{key}:{name}: no DPAS instructions (has_dpas={k['has_dpas']}, "
                             f"dpas in ISA: {k['dpas_instructions']})")
@@ -109,8 +122,11 @@ def main() -> int:
                       "spirv_sha256": sha256_file(spv), "kernels": kernels}
             problems += rule_violations(key, kernels, bool(spec.get("expect_dpas", False)))
             for name, k in kernels.items():
-                print(f"  {key:32s} {name:28s} SIMD{k['simd_size']} GRF {k['grf_count']} spill {k['spill_size']} "
-                      f"SLM {k['slm_size']} dpas {k['dpas_instructions']} block-loads {k['block_loads']}")
+                hot = k["hot_loop"] or {}
+                print(f"  {key:32s} {name:30s} SIMD{k['simd_size']} GRF {k['grf_count']} spill {k['spill_size']} "
+                      f"private {k['private_sends']} SLM {k['slm_size']} dpas {k['dpas_instructions']} | hot loop: "
+                      f"{hot.get('instructions', '-')} instr, {hot.get('dpas', '-')} dpas, {hot.get('sends', '-')} "
+                      f"sends, {hot.get('global_load_bytes', '-')} B loaded")
             if args.check:
                 recorded = entry.get("aot")
                 if recorded is None:

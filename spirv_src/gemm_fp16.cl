@@ -3,12 +3,15 @@
  *
  * Two code shapes from one source, chosen by the spec constant XE2_SHAPE:
  *  - XE2_SHAPE = 1 (seed 002): a work-group of SGS_M x SGS_N sub-groups (x K_SLICES) owns a (SGS_M SG_M) x (SGS_N SG_N)
- *    block of C; each 16-lane sub-group owns an SG_M x SG_N tile held as (SG_M / 8) x (SG_N / 16) DPAS accumulators
- *    (float8 each) and walks K 16 at a time: A rows by sub-group block reads, B in VNNI form from either layout
- *    (gemm_fp16_dpas.h). With K_SLICES > 1 (small grids) the sub-groups of one K range meet in SLM, slice 0 adds
- *    them up. The epilogue (bias, activation) is applied in registers before the single store. Kernels per tile
- *    height (8, 16, 32 rows) and B layout; the SG_N width comes from the spec. DPAS_EMU = 1 swaps in the software
- *    DPAS so the same kernels run on the CPU device.
+ *    block of C; each 16-lane sub-group owns an SG_M x SG_N tile held in registers as (SG_M / 8) x (SG_N / 16) DPAS
+ *    accumulators (float8 each). The *_2d kernels walk K 32 at a time with 2D block loads (block2d.h): A as plain
+ *    16-bit blocks, B (kn) through the VNNI transform, B (nk) by transposed 32-bit reads, 16/32-row nk tiles in the
+ *    swapped orientation; they prefetch PF_STEPS steps ahead. The fallback kernels (operands that break the 2D block
+ *    rules; tiles up to 16 rows) walk K 16 at a time: A rows by sub-group block reads, B in VNNI form from either
+ *    layout (gemm_fp16_dpas.h), per-lane bounds-checked loads for tails and unaligned rows. With K_SLICES > 1 (small
+ *    grids) the sub-groups of one K range meet in SLM, slice 0 adds them up. The epilogue (bias, activation) is
+ *    applied in registers before the single store. DPAS_EMU = 1 and BLOCK2D_EMU = 1 swap in the software built-ins so
+ *    the same kernels run on the CPU device.
  *  - XE2_SHAPE = 0 (CPU device, TOOLCHAIN.md 6). nk: one work-item per RM x RN register tile of k-octet dot products
  *    (both operands contiguous along K), vload_half8 -> float8 fma, reduced horizontally at the end. kn: shaped for
  *    the CPU runtime's packetizer (16 work-items = one AVX-512 packet): a work-group is one packet, lanes on adjacent
@@ -16,51 +19,180 @@
  *    16 KN_NJ columns per packet, K in KN_KB chunks staged as fp32 in local memory; kn_w1/w2/w4 (M <= 4) stream B.
  */
 #include "gemm_fp16_dpas.h"
+#include "block2d.h"
 
 #if XE2_SHAPE
 
+#if SG_N != 64
+#error "the Xe2 GEMM tiles are 64 columns wide (4 DPAS column blocks)"
+#endif
 #define MAX_MB 4
-#define NB (SG_N / DPAS_SG)
+#define NB 4
+#define K2D 32 /* K per step of the 2D-block kernels: two DPAS K blocks per load */
+#ifndef PF_STEPS
+#define PF_STEPS 2 /* how many K steps ahead the 2D-block kernels prefetch */
+#endif
 
-/* One 16-wide K step of the sub-group tile. Fast: MB A operands by block reads, then per 16-column block one B operand
- * and MB DPAS. Careful (bounds-checked per lane): A reloaded per column block, so only one A and one B operand are
- * live beside the accumulators (the m32 tile spilled otherwise). */
-INLINE void gemm_step(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0, int col0,
-                      int lane, float8 acc[MAX_MB][NB], const int MB, const bool b_nk, const bool fast)
+/* Accumulators stay in registers only if every index into them is a constant after unrolling (a runtime index, or a
+ * loop IGC does not unroll, sends the whole tile to private memory: 16 KB of scratch traffic per 16 DPAS on m32).
+ * Hence fixed-size arrays, loops over MAX_MB / NB with `unroll`, and `mb < MB` tests that fold per kernel. */
+#define UNROLL _Pragma("unroll")
+
+INLINE int8 gather8(const uint* v, int first, int stride)
 {
+    return as_int8((uint8)(v[first], v[first + stride], v[first + 2 * stride], v[first + 3 * stride],
+                           v[first + 4 * stride], v[first + 5 * stride], v[first + 6 * stride], v[first + 7 * stride]));
+}
+
+/* One K step of 32 with 2D block loads, in `parts` pieces of K (2 for 32-row tiles: a 32 x 64 x 32 step's operands
+ * are 96 registers beside the 128 of the accumulators, and the software-DPAS build of the same kernel then spilled;
+ * halves keep 48). A: one read of TM rows x 32 / parts k: a[kh TM + r] is row r, k = kp + 16 kh + lane, i.e.
+ * component r % 8 of the DPAS A operand of row block r / 8. B (kn): transform reads give VNNI pairs directly: per 32
+ * columns, 32 / parts k rows; b[16 nb / parts + 8 kh + t] = (B[kp + 16 kh + 2t][c], B[.. + 1][c]). B (nk, 8-row
+ * tiles): transposed 32-bit reads of 16 B rows x 16 k (8 pairs), lane l = row col0 + 16 nb + l, b[8 (2 nb + kh) + t]
+ * (the 32-row transposed read is avoided, see block2d.h). Out-of-bounds elements read as zero, so M, N and K tails
+ * need no code. Then prefetch this sub-group's A rows and one half of its B tile PF_STEPS steps ahead (the other half
+ * is taken by the neighbouring sub-group row of the work-group). */
+INLINE void step_2d(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0, int col0,
+                    float8 acc[MAX_MB][NB], const int MB, const bool b_nk, int pf_half)
+{
+    const int tm = MB * DPAS_M;
+    const int parts = MB == 4 ? 2 : 1;
+    UNROLL for (int p = 0; p < 2; ++p) if (p < parts) {
+        const int kp = k0 + p * DPAS_K;
+        const int khs = 2 / parts; /* 16-wide K blocks in this part */
+        ushort a[MAX_MB * DPAS_M * 2];
+        uint b[64];
+        const int2 ca = (int2)(kp, row0);
+        if (MB == 1)
+            B2D_READ_16B(8, 2, A, 2 * K, M, 2 * K, ca, a);
+        else if (MB == 2)
+            B2D_READ_16B(16, 2, A, 2 * K, M, 2 * K, ca, a);
+        else
+            B2D_READ_16B(32, 1, A, 2 * K, M, 2 * K, ca, a);
+        if (!b_nk) {
+            const int2 c0 = (int2)(col0, kp);
+            const int2 c1 = (int2)(col0 + 32, kp);
+            if (parts == 1) {
+                B2D_READ_TRANSFORM_16B(32, 2, B, 2 * N, K, 2 * N, c0, b);
+                B2D_READ_TRANSFORM_16B(32, 2, B, 2 * N, K, 2 * N, c1, (b + 32));
+            } else {
+                B2D_READ_TRANSFORM_16B(16, 2, B, 2 * N, K, 2 * N, c0, b);
+                B2D_READ_TRANSFORM_16B(16, 2, B, 2 * N, K, 2 * N, c1, (b + 16));
+            }
+        } else {
+            UNROLL for (int nb = 0; nb < NB; ++nb) UNROLL for (int kh = 0; kh < 2; ++kh) {
+                const int2 c = (int2)((k0 + DPAS_K * kh) / 2, col0 + DPAS_SG * nb);
+                B2D_READ_TRANSPOSE_32B_16R8(B, 2 * K, N, 2 * K, c, (b + DPAS_M * (2 * nb + kh)));
+            }
+        }
+        UNROLL for (int kh = 0; kh < 2; ++kh) if (kh < khs) UNROLL for (int nb = 0; nb < NB; ++nb) {
+            const int8 bv = gather8(b, b_nk ? DPAS_M * (2 * nb + kh) : 16 / parts * nb + 8 * kh, 1);
+            UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) {
+                const int r = kh * tm + DPAS_M * mb;
+                const short8 av = as_short8((ushort8)(a[r], a[r + 1], a[r + 2], a[r + 3], a[r + 4], a[r + 5],
+                                                      a[r + 6], a[r + 7]));
+                acc[mb][nb] = DPAS(av, bv, acc[mb][nb]);
+            }
+        }
+    }
+    const int kf = k0 + PF_STEPS * K2D;
+    const int2 pa = (int2)(kf, row0);
+    if (MB == 1)
+        B2D_PREFETCH_16B(8, 2, A, 2 * K, M, 2 * K, pa);
+    else if (MB == 2)
+        B2D_PREFETCH_16B(16, 2, A, 2 * K, M, 2 * K, pa);
+    else
+        B2D_PREFETCH_16B(32, 2, A, 2 * K, M, 2 * K, pa);
+    const int2 pb = b_nk ? (int2)(kf, col0 + 32 * pf_half) : (int2)(col0 + 32 * pf_half, kf);
+    B2D_PREFETCH_16B(32, 2, B, b_nk ? 2 * K : 2 * N, b_nk ? N : K, b_nk ? 2 * K : 2 * N, pb);
+}
+
+/* nk with 16 or 32 rows, swapped orientation (seed 001 usage 2): C^T = B^T A^T, so the weights b[N, K] are the DPAS
+ * A operand, read as plain 16-bit blocks (per 32 rows h of b: w[32 c + r] = b[col0 + 32 h + r][kp + 16 c + lane]),
+ * and A is the VNNI operand with lane = row, from transposed 32-bit reads (16 rows x 8 k pairs each). The
+ * accumulator for (16-row block mh, 8-column block n8) holds, in lane l, C[row0 + 16 mh + l][col0 + 8 n8 + i] as
+ * component i; it is stored at acc[mb][nb] with 4 mb + nb = 8 mh + n8. Per 32 k: 2 (4 for 32 rows, K in halves as in
+ * step_2d) + MB reads for 8 MB DPAS, where the usual orientation needs 8 transposed B messages (IGC splits each
+ * 32-row transposed read in two). */
+INLINE void step_2d_nk_swapped(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0,
+                               int col0, float8 acc[MAX_MB][NB], const int MB, int pf_half)
+{
+    const int parts = MB == 4 ? 2 : 1;
+    UNROLL for (int p = 0; p < 2; ++p) if (p < parts) {
+        const int kp = k0 + p * DPAS_K;
+        const int khs = 2 / parts;
+        ushort w[128];
+        uint x[4][8];
+        const int2 cw0 = (int2)(kp, col0);
+        const int2 cw1 = (int2)(kp, col0 + 32);
+        if (parts == 1) {
+            B2D_READ_16B(32, 2, B, 2 * K, N, 2 * K, cw0, w);
+            B2D_READ_16B(32, 2, B, 2 * K, N, 2 * K, cw1, (w + 64));
+        } else {
+            B2D_READ_16B(32, 1, B, 2 * K, N, 2 * K, cw0, w);
+            B2D_READ_16B(32, 1, B, 2 * K, N, 2 * K, cw1, (w + 32));
+        }
+        UNROLL for (int mh = 0; mh < 2; ++mh) if (2 * mh < MB) UNROLL for (int kh = 0; kh < 2; ++kh) if (kh < khs) {
+            const int2 c = (int2)((kp + DPAS_K * kh) / 2, row0 + 16 * mh);
+            B2D_READ_TRANSPOSE_32B_16R8(A, 2 * K, M, 2 * K, c, x[2 * mh + kh]);
+        }
+        UNROLL for (int kh = 0; kh < 2; ++kh) if (kh < khs) UNROLL for (int n8 = 0; n8 < 8; ++n8) {
+            const int r = 64 / parts * (n8 >> 2) + 32 * kh + DPAS_M * (n8 & 3);
+            const short8 wv = as_short8((ushort8)(w[r], w[r + 1], w[r + 2], w[r + 3], w[r + 4], w[r + 5], w[r + 6],
+                                                  w[r + 7]));
+            UNROLL for (int mh = 0; mh < 2; ++mh) if (2 * mh < MB) {
+                const int e = 8 * mh + n8;
+                acc[e >> 2][e & 3] = DPAS(wv, as_int8(vload8(0, x[2 * mh + kh])), acc[e >> 2][e & 3]);
+            }
+        }
+    }
+    const int kf = k0 + PF_STEPS * K2D;
+    const int2 pa = (int2)(kf, row0);
+    if (MB == 2)
+        B2D_PREFETCH_16B(16, 2, A, 2 * K, M, 2 * K, pa);
+    else
+        B2D_PREFETCH_16B(32, 2, A, 2 * K, M, 2 * K, pa);
+    const int2 pb = (int2)(kf, col0 + 32 * pf_half);
+    B2D_PREFETCH_16B(32, 2, B, 2 * K, N, 2 * K, pb);
+}
+
+/* One 16-wide K step of the fallback kernels (operands that break the 2D block rules). Fast: sub-group block reads
+ * (16-byte aligned rows, full step, and for kn the 64 columns in bounds); careful: per-lane bounds-checked loads with
+ * zero fill. */
+INLINE void step_1d(__global const half* A, __global const half* B, int M, int N, int K, int k0, int row0, int col0,
+                    int lane, float8 acc[MAX_MB][NB], const int MB, const bool b_nk, const bool fast)
+{
+    short8 a[MAX_MB];
     if (!fast) {
-        for (int nb = 0; nb < NB; ++nb) {
+        /* A once, then one B operand at a time beside the accumulators. */
+        UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB)
+            a[mb] = load_a_rows(A, K, row0 + mb * DPAS_M, M, k0, K, lane, false);
+        UNROLL for (int nb = 0; nb < NB; ++nb) {
             const int c0 = col0 + nb * DPAS_SG;
             const int8 b = b_nk ? load_rows_vnni(B, K, c0, N, k0, K, lane, false)
                                 : load_b_kn(B, N, c0, N, k0, K, lane, false);
-            for (int mb = 0; mb < MB; ++mb)
-                acc[mb][nb] = DPAS(load_a_rows(A, K, row0 + mb * DPAS_M, M, k0, K, lane, false), b, acc[mb][nb]);
+            UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB)
+                acc[mb][nb] = DPAS(a[mb], b, acc[mb][nb]);
         }
         return;
     }
-    short8 a[MAX_MB];
-    for (int mb = 0; mb < MB; ++mb)
+    int8 b[NB];
+    UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB)
         a[mb] = load_a_rows(A, K, row0 + mb * DPAS_M, M, k0, K, lane, true);
-#if NB == 4
     if (!b_nk) {
-        int8 b[4];
         load_b_kn_x4(B, N, col0, k0, b);
-        for (int nb = 0; nb < NB; ++nb)
-            for (int mb = 0; mb < MB; ++mb)
-                acc[mb][nb] = DPAS(a[mb], b[nb], acc[mb][nb]);
-        return;
+    } else {
+        UNROLL for (int nb = 0; nb < NB; ++nb)
+            b[nb] = load_rows_vnni(B, K, col0 + nb * DPAS_SG, N, k0, K, lane, true);
     }
-#endif
-    for (int nb = 0; nb < NB; ++nb) {
-        const int c0 = col0 + nb * DPAS_SG;
-        const int8 b = b_nk ? load_rows_vnni(B, K, c0, N, k0, K, lane, true) : load_b_kn(B, N, c0, N, k0, K, lane, true);
-        for (int mb = 0; mb < MB; ++mb)
-            acc[mb][nb] = DPAS(a[mb], b, acc[mb][nb]);
-    }
+    UNROLL for (int nb = 0; nb < NB; ++nb) UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB)
+        acc[mb][nb] = DPAS(a[mb], b[nb], acc[mb][nb]);
 }
 
 INLINE void gemm_xe2(__global const half* A, __global const half* B, __global const half* bias, __global half* C,
-                     int M, int N, int K, int has_bias, int act, __local float* partial, const int MB, const bool b_nk)
+                     int M, int N, int K, int has_bias, int act, __local float* partial, const int MB, const bool b_nk,
+                     const bool use_2d)
 {
     const int lane = get_sub_group_local_id();
     const int sg_n = get_local_id(0) / DPAS_SG;
@@ -74,72 +206,88 @@ INLINE void gemm_xe2(__global const half* A, __global const half* B, __global co
     const int col0 = (get_group_id(0) * sgs_n + sg_n) * SG_N;
 
     float8 acc[MAX_MB][NB];
-    for (int mb = 0; mb < MB; ++mb)
-        for (int nb = 0; nb < NB; ++nb)
-            acc[mb][nb] = 0.0f;
+    UNROLL for (int mb = 0; mb < MAX_MB; ++mb) UNROLL for (int nb = 0; nb < NB; ++nb)
+        acc[mb][nb] = 0.0f;
 
-    /* This slice's range of 16-wide K steps; the last (partial) step always takes the bounds-checked loads. */
-    const int steps = (K + DPAS_K - 1) / DPAS_K;
-    const int per_slice = (steps + slices - 1) / slices;
-    const int s_begin = min(slice * per_slice, steps);
-    const int s_end = min(s_begin + per_slice, steps);
-    const int full_end = min(s_end, K / DPAS_K);
-    const bool a_ok = XE2RT_BLOCK_ALIGNED(A) && (K % 8 == 0);
-    const bool b_ok = b_nk ? ((((ulong)B) & 3UL) == 0 && (K % 2 == 0))
-                           : (XE2RT_BLOCK_ALIGNED(B) && (N % 8 == 0) && (col0 + SG_N <= N));
-    const bool fast = a_ok && b_ok;
-
+    /* This slice's range of K steps (32 wide with 2D loads, else 16). */
+    const int kstep = use_2d ? K2D : DPAS_K;
+    const int steps = (K + kstep - 1) / kstep;
+    const int2 range = xe2rt_slice_range(steps, slice, slices);
     if (row0 < M && col0 < N) {
-        /* Block-read steps first, then the bounds-checked ones (K tail, unaligned operands, N edge of kn). Two loops
-         * rather than a per-step choice keep one set of loads live at a time. */
-        const int fast_end = fast ? max(full_end, s_begin) : s_begin;
-        for (int s = s_begin; s < fast_end; ++s)
-            gemm_step(A, B, M, N, K, s * DPAS_K, row0, col0, lane, acc, MB, b_nk, true);
-        for (int s = fast_end; s < s_end; ++s)
-            gemm_step(A, B, M, N, K, s * DPAS_K, row0, col0, lane, acc, MB, b_nk, false);
+        if (use_2d) {
+            if (b_nk && MB > 1)
+                for (int s = range.s0; s < range.s1; ++s)
+                    step_2d_nk_swapped(A, B, M, N, K, s * K2D, row0, col0, acc, MB, sg_m & 1);
+            else
+                for (int s = range.s0; s < range.s1; ++s)
+                    step_2d(A, B, M, N, K, s * K2D, row0, col0, acc, MB, b_nk, sg_m & 1);
+        } else {
+            /* Block-read steps first, then the bounds-checked ones (K tail, unaligned operands, N edge of kn). Two
+             * loops rather than a per-step choice keep one set of loads live at a time. */
+            const bool a_ok = XE2RT_BLOCK_ALIGNED(A) && (K % 8 == 0);
+            const bool b_ok = b_nk ? ((((ulong)B) & 3UL) == 0 && (K % 2 == 0))
+                                   : (XE2RT_BLOCK_ALIGNED(B) && (N % 8 == 0) && (col0 + SG_N <= N));
+            const int full_end = min(range.s1, K / DPAS_K);
+            const int fast_end = (a_ok && b_ok) ? max(full_end, range.s0) : range.s0;
+            for (int s = range.s0; s < fast_end; ++s)
+                step_1d(A, B, M, N, K, s * DPAS_K, row0, col0, lane, acc, MB, b_nk, true);
+            for (int s = fast_end; s < range.s1; ++s)
+                step_1d(A, B, M, N, K, s * DPAS_K, row0, col0, lane, acc, MB, b_nk, false);
+        }
     }
 
     if (slices > 1) {
-        /* Slices 1.. park their tiles in SLM, slice 0 adds them in slice order. Every work-item reaches the barrier. */
-        const int tile = tile_m * SG_N;
+        /* Slices 1.. park their tiles in SLM (one float8 per lane and accumulator), slice 0 adds them in slice order.
+         * Every work-item reaches the barrier. */
+        const int tile_vecs = MB * NB * DPAS_SG;
         const int sg_linear = sg_m * sgs_n + sg_n;
         if (slice > 0) {
-            __local float* dst = partial + ((slice - 1) * sgs_m * sgs_n + sg_linear) * tile;
-            for (int mb = 0; mb < MB; ++mb)
-                for (int nb = 0; nb < NB; ++nb)
-                    for (int i = 0; i < DPAS_M; ++i)
-                        dst[((mb * NB + nb) * DPAS_M + i) * DPAS_SG + lane] = ((float*)&acc[mb][nb])[i];
+            __local float* dst = partial + ((slice - 1) * sgs_m * sgs_n + sg_linear) * tile_vecs * DPAS_M;
+            UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) UNROLL for (int nb = 0; nb < NB; ++nb)
+                vstore8(acc[mb][nb], (mb * NB + nb) * DPAS_SG + lane, dst);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (slice == 0)
             for (int s = 1; s < slices; ++s) {
-                __local const float* src = partial + ((s - 1) * sgs_m * sgs_n + sg_linear) * tile;
-                for (int mb = 0; mb < MB; ++mb)
-                    for (int nb = 0; nb < NB; ++nb)
-                        for (int i = 0; i < DPAS_M; ++i)
-                            ((float*)&acc[mb][nb])[i] += src[((mb * NB + nb) * DPAS_M + i) * DPAS_SG + lane];
+                __local const float* src = partial + ((s - 1) * sgs_m * sgs_n + sg_linear) * tile_vecs * DPAS_M;
+                UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) UNROLL for (int nb = 0; nb < NB; ++nb)
+                    acc[mb][nb] += vload8((mb * NB + nb) * DPAS_SG + lane, src);
             }
     }
-    if (slice == 0 && row0 < M && col0 < N)
-        for (int mb = 0; mb < MB; ++mb)
-            for (int nb = 0; nb < NB; ++nb)
-                store_tile(C, N, row0 + mb * DPAS_M, M, col0 + nb * DPAS_SG, N, lane, acc[mb][nb], bias, has_bias, act);
+    if (slice == 0 && row0 < M && col0 < N) {
+        if (use_2d && b_nk && MB > 1) { /* swapped: lane = row, component = column */
+            UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) UNROLL for (int nb = 0; nb < NB; ++nb)
+                store_row_at(C, N, row0 + 16 * (mb >> 1) + lane, M, col0 + DPAS_M * (4 * (mb & 1) + nb), N,
+                             acc[mb][nb], bias, has_bias, act);
+        } else {
+            UNROLL for (int mb = 0; mb < MAX_MB; ++mb) if (mb < MB) UNROLL for (int nb = 0; nb < NB; ++nb)
+                store_tile_at(C, N, row0 + mb * DPAS_M, M, col0 + DPAS_SG * nb + lane, N, acc[mb][nb], bias,
+                              has_bias, act);
+        }
+    }
 }
 
-#define GEMM_XE2_KERNEL(NAME, MB, B_NK)                                                                              \
+#define GEMM_XE2_KERNEL(NAME, MB, B_NK, USE_2D)                                                                      \
     XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \
     __kernel void NAME(__global const half* A, __global const half* B, __global const half* bias, __global half* C, \
                        int M, int N, int K, int has_bias, int act, __local float* partial)                          \
     {                                                                                                              \
-        gemm_xe2(A, B, bias, C, M, N, K, has_bias, act, partial, MB, B_NK);                                       \
+        gemm_xe2(A, B, bias, C, M, N, K, has_bias, act, partial, MB, B_NK, USE_2D);                               \
     }
 
-GEMM_XE2_KERNEL(gemm_fp16_kn_m8, 1, false)
-GEMM_XE2_KERNEL(gemm_fp16_kn_m16, 2, false)
-GEMM_XE2_KERNEL(gemm_fp16_kn_m32, 4, false)
-GEMM_XE2_KERNEL(gemm_fp16_nk_m8, 1, true)
-GEMM_XE2_KERNEL(gemm_fp16_nk_m16, 2, true)
-GEMM_XE2_KERNEL(gemm_fp16_nk_m32, 4, true)
+/* 2D block loads: operands that meet the rules of block2d.h. */
+GEMM_XE2_KERNEL(gemm_fp16_kn_m8_2d, 1, false, true)
+GEMM_XE2_KERNEL(gemm_fp16_kn_m16_2d, 2, false, true)
+GEMM_XE2_KERNEL(gemm_fp16_kn_m32_2d, 4, false, true)
+GEMM_XE2_KERNEL(gemm_fp16_nk_m8_2d, 1, true, true)
+GEMM_XE2_KERNEL(gemm_fp16_nk_m16_2d, 2, true, true)
+GEMM_XE2_KERNEL(gemm_fp16_nk_m32_2d, 4, true, true)
+/* Fallback: sub-group block reads and per-lane loads, any alignment; tiles up to 16 rows (a 32-row tile's per-lane
+ * row addresses do not fit beside its accumulators: the kn m32 fallback spilled). */
+GEMM_XE2_KERNEL(gemm_fp16_kn_m8, 1, false, false)
+GEMM_XE2_KERNEL(gemm_fp16_kn_m16, 2, false, false)
+GEMM_XE2_KERNEL(gemm_fp16_nk_m8, 1, true, false)
+GEMM_XE2_KERNEL(gemm_fp16_nk_m16, 2, true, false)
 
 #else /* CPU shape */
 

@@ -163,28 +163,61 @@ INLINE short8 load_a_cols_of_kn(__global const half* B, int ldb, int col0, int N
 /* Applied in registers to the fp32 accumulator before the single store. GELU comes in two forms: the tanh
  * approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) ("gelu") and the exact erf form
  * 0.5 x (1 + erf(x / sqrt(2))) that BERT-family models use ("gelu_erf"). */
+/* The GELU forms out of line: a 32 x 64 tile stores 128 values per lane, and inlining tanh / erf at each of them made
+ * the GEMM binary take ~10 s of ocloc time per target. A scalar call keeps its arguments in registers. */
+static __attribute__((noinline)) float gelu(float v, int act)
+{
+    if (act == ACT_GELU_TANH)
+        return 0.5f * v * (1.0f + tanh(0.7978845608028654f * fma(0.044715f * v, v * v, v)));
+    return 0.5f * v * (1.0f + erf(v * 0.7071067811865476f));
+}
+
 INLINE float epilogue(float v, float bias, int act)
 {
     v += bias;
     if (act == ACT_RELU)
         v = fmax(v, 0.0f);
-    else if (act == ACT_GELU_TANH)
-        v = 0.5f * v * (1.0f + tanh(0.7978845608028654f * fma(0.044715f * v, v * v, v)));
-    else if (act == ACT_GELU_ERF)
-        v = 0.5f * v * (1.0f + erf(v * 0.7071067811865476f));
+    else if (act == ACT_GELU_TANH || act == ACT_GELU_ERF)
+        v = gelu(v, act);
     return v;
 }
 
-/* Usage 1 write-back: acc.s[i] of lane n is C[row0 + i][col0 + n]. */
+/* Usage 1 write-back: acc.s[i] of this lane is C[row0 + i][col]. Rows unrolled with constant components, so an
+ * accumulator held in registers stays there. */
+EMU_CALL void store_tile_at(__global half* C, int ldc, int row0, int M, int col, int N, float8 acc,
+                            __global const half* bias, int has_bias, int act)
+{
+    if (col >= N)
+        return;
+    const float b = has_bias ? vload_half(col, bias) : 0.0f;
+#define STORE_ROW(i, v)                                                                                               \
+    if (row0 + (i) < M)                                                                                               \
+        vstore_half_rte(epilogue((v), b, act), (size_t)(row0 + (i)) * ldc + col, C);
+    STORE_ROW(0, acc.s0) STORE_ROW(1, acc.s1) STORE_ROW(2, acc.s2) STORE_ROW(3, acc.s3)
+    STORE_ROW(4, acc.s4) STORE_ROW(5, acc.s5) STORE_ROW(6, acc.s6) STORE_ROW(7, acc.s7)
+#undef STORE_ROW
+}
+
+/* Usage 2 (swapped) write-back: acc.s[i] of this lane is C[row][col0 + i]. */
+EMU_CALL void store_row_at(__global half* C, int ldc, int row, int M, int col0, int N, float8 acc,
+                           __global const half* bias, int has_bias, int act)
+{
+    if (row >= M)
+        return;
+#define STORE_COL(i, v)                                                                                               \
+    if (col0 + (i) < N)                                                                                               \
+        vstore_half_rte(epilogue((v), has_bias ? vload_half(col0 + (i), bias) : 0.0f, act),                           \
+                        (size_t)row * ldc + col0 + (i), C);
+    STORE_COL(0, acc.s0) STORE_COL(1, acc.s1) STORE_COL(2, acc.s2) STORE_COL(3, acc.s3)
+    STORE_COL(4, acc.s4) STORE_COL(5, acc.s5) STORE_COL(6, acc.s6) STORE_COL(7, acc.s7)
+#undef STORE_COL
+}
+
+/* Usage 1 write-back with lane n holding column col0 + n. */
 EMU_CALL void store_tile(__global half* C, int ldc, int row0, int M, int col0, int N, int lane, float8 acc,
                        __global const half* bias, int has_bias, int act)
 {
-    const int col = col0 + lane;
-    const float b = (has_bias && col < N) ? vload_half(col, bias) : 0.0f;
-    const float8 v = acc;
-    for (int i = 0; i < DPAS_M; ++i)
-        if (row0 + i < M && col < N)
-            vstore_half_rte(epilogue(((const float*)&v)[i], b, act), (size_t)(row0 + i) * ldc + col, C);
+    store_tile_at(C, ldc, row0, M, col0 + lane, N, acc, bias, has_bias, act);
 }
 
 /* Usage 2 (swapped) write-back: the accumulator is C transposed, acc.s[i] of lane m is C[row0 + m][col0 + i]; each

@@ -101,3 +101,46 @@ __kernel void ult_usage2_b_kn(__global const half* A, __global const half* B, __
     }
     store_tile_transposed(C, N, row0, M, col0, N, lane, acc, C, 0, ACT_NONE);
 }
+
+/* ---- 2D block reads (block2d.h), software versions: one sub-group reads one shape from a region described by
+ * (width, height, pitch) at (x, y); lane l writes its destination to out[l * n + e], n values per lane. ---- */
+#include "block2d.h"
+
+#define ULT_READ_16B(H, C)                                                                                           \
+    XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \
+    __kernel void ult_b2d_read_16b_##H##r16x##C##c(__global const ushort* base, int width, int height, int pitch,   \
+                                                   int x, int y, __global ushort* out)                             \
+    {                                                                                                              \
+        ushort d[(H) * (C)];                                                                                       \
+        const int2 coord = (int2)(x, y);                                                                           \
+        B2D_READ_16B(H, C, base, width, height, pitch, coord, d);                                                  \
+        for (int e = 0; e < (H) * (C); ++e)                                                                        \
+            out[get_sub_group_local_id() * (H) * (C) + e] = d[e];                                                  \
+    }
+
+#define ULT_READ_TRANSFORM_16B(H, C)                                                                                 \
+    XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \
+    __kernel void ult_b2d_read_transform_16b_##H##r16x##C##c(__global const ushort* base, int width, int height,    \
+                                                             int pitch, int x, int y, __global uint* out)          \
+    {                                                                                                              \
+        uint d[(H) / 2 * (C)];                                                                                     \
+        const int2 coord = (int2)(x, y);                                                                           \
+        B2D_READ_TRANSFORM_16B(H, C, base, width, height, pitch, coord, d);                                        \
+        for (int e = 0; e < (H) / 2 * (C); ++e)                                                                    \
+            out[get_sub_group_local_id() * (H) / 2 * (C) + e] = d[e];                                              \
+    }
+
+ULT_READ_16B(1, 1) ULT_READ_16B(2, 1) ULT_READ_16B(4, 1) ULT_READ_16B(8, 1) ULT_READ_16B(16, 1) ULT_READ_16B(32, 1)
+ULT_READ_16B(1, 2) ULT_READ_16B(2, 2) ULT_READ_16B(4, 2) ULT_READ_16B(8, 2) ULT_READ_16B(16, 2) ULT_READ_16B(32, 2)
+ULT_READ_TRANSFORM_16B(16, 1) ULT_READ_TRANSFORM_16B(16, 2) ULT_READ_TRANSFORM_16B(32, 1) ULT_READ_TRANSFORM_16B(32, 2)
+
+XE2RT_REQD_SUB_GROUP_SIZE(16)
+__kernel void ult_b2d_read_transpose_32b_16r8x1c(__global const uint* base, int width, int height, int pitch, int x,
+                                                 int y, __global uint* out)
+{
+    uint d[8];
+    const int2 coord = (int2)(x, y);
+    B2D_READ_TRANSPOSE_32B_16R8(base, width, height, pitch, coord, d);
+    for (int e = 0; e < 8; ++e)
+        out[get_sub_group_local_id() * 8 + e] = d[e];
+}

@@ -84,4 +84,22 @@ static inline float xe2rt_sum_slices(__local const float* partial, int row, int 
 XE2RT_OVERLOAD int  intel_sub_group_shuffle_xor(int x, uint mask);
 XE2RT_OVERLOAD uint intel_sub_group_shuffle_xor(uint x, uint mask);
 
+/* cl_intel_subgroup_2d_block_io (Xe2, sub-group 16). The explicit __private destination gives the mangled names IGC
+ * resolves (TOOLCHAIN.md 4). Only the shapes xe2rt uses; spirv_src/block2d.h holds the rules, the per-lane layout and
+ * the software versions the CPU device runs. */
+#define XE2RT_2D_READ(NAME, T) \
+    XE2RT_OVERLOAD void NAME(__global void* base, int width, int height, int pitch, int2 coord, __private T* dst);
+#define XE2RT_2D_PREFETCH(NAME) \
+    XE2RT_OVERLOAD void NAME(__global void* base, int width, int height, int pitch, int2 coord);
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_32r16x1c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_8r16x2c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_16r16x2c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_32r16x2c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_transform_16b_16r16x2c, uint)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_transform_16b_32r16x2c, uint)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_transpose_32b_16r8x1c, uint)
+XE2RT_2D_PREFETCH(intel_sub_group_2d_block_prefetch_16b_8r16x2c)
+XE2RT_2D_PREFETCH(intel_sub_group_2d_block_prefetch_16b_16r16x2c)
+XE2RT_2D_PREFETCH(intel_sub_group_2d_block_prefetch_16b_32r16x2c)
+
 #endif

@@ -1,9 +1,12 @@
 """gemm_fp16 on the CPU device: the CPU-shaped kernels on the issue's full shape grid, the Xe2-shaped kernels (software
-DPAS, every target's tile constants) on medium shapes and tails, and every bad-input rule.
+DPAS and 2D block reads, every target's tile constants) on medium shapes and tails, both the 2D-block kernels and
+their fallback, and every bad-input rule.
 
 Error rule for every case (fp16 inputs, fp32 accumulation, fp16 output), stated with the shapes:
     |out - ref64| <= reference.gemm.error_bound_from(...)   elementwise (K eps32 sum|a b| + epilogue + 0.5 ulp16)
     max |out - ref64| <= 2e-2 max |ref64|                    the issue's bar
+Xe2-shaped kernels (xe2emu), no activation or relu: equal to reference.gemm.fp32_ordered, the direct formula in the
+kernels' fp32 summation order (K slices included), i.e. bit-identical up to the sign of zero.
 """
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ import dpctl
 import dpnp
 
 import xe2rt
+from xe2rt import artifacts, targets
 from xe2rt.ops import gemm_fp16 as G
 from xe2rt.reference import gemm as R
 from conftest import TARGETS, to_device
@@ -27,9 +31,21 @@ def make(rng, m, n, k, b_layout):
     return a, b, bias
 
 
+def xe2_plan(queue, target, da, db, b_layout):
+    """(uses 2D block kernels?, K step, K slices) the op picks for these device operands on the xe2emu variant."""
+    m, k = da.shape
+    n = db.shape[1] if b_layout == "kn" else db.shape[0]
+    constants = artifacts.load(queue, target, G.FAMILIES["xe2emu"]).constants
+    use_2d = not G.block2d_breaks(da, db, b_layout, m, n, k)
+    geo = G.xe2_geometry(constants, targets.hw_threads(queue.sycl_device, target), m, n, k, use_2d)
+    return use_2d, (G.K_STEP_2D if use_2d else G.DPAS_K), geo["slices"]
+
+
 def check_all_epilogues(queue, a, b, bias, b_layout, **run_kw):
     pre, mag = R.products(a, b, b_layout)
     da, db, dbias = to_device(a, queue), to_device(b, queue), to_device(bias, queue)
+    if run_kw.get("variant") == "xe2emu":
+        _, k_step, slices = xe2_plan(queue, run_kw["target"], da, db, b_layout)
     for with_bias, act in EPILOGUES:
         out, _ = G.run(da, db, bias=dbias if with_bias else None, activation=act, b_layout=b_layout, **run_kw)
         got = dpnp.asnumpy(out).astype(np.float64)
@@ -41,6 +57,10 @@ def check_all_epilogues(queue, a, b, bias, b_layout, **run_kw):
         worst = np.unravel_index(np.argmax(err - bound), err.shape)
         assert np.all(err <= bound), f"{where}: err {err[worst]} > bound {bound[worst]} at {worst}"
         assert err.max() <= BAR * max(np.abs(ref).max(), 1e-3), where
+        if run_kw.get("variant") == "xe2emu" and act in (None, "relu"):
+            exact = R.fp32_ordered(a, b, b_layout, bias=bias if with_bias else None, relu=act == "relu",
+                                   k_step=k_step, slices=slices)
+            assert np.array_equal(dpnp.asnumpy(out), exact), f"{where}: not the fp32-ordered direct formula"
 
 
 # The issue's grid on the fast (CPU-shaped) kernels: every M x N x K, both layouts, each epilogue.
@@ -89,6 +109,43 @@ def test_xe2_path_model_shape(queue, rng, target):
     check_all_epilogues(queue, a, b, bias, "nk", target=target, variant="xe2emu")
 
 
+# Which loads each XE2_SHAPES case takes (bmg constants; the rules depend on the operands only): 2D needs K and, for kn,
+# N multiples of 8 and >= 32 (rows of >= 64 bytes, pitch a multiple of 16) and 64-byte aligned bases.
+@pytest.mark.parametrize("shape, b_layout, use_2d", [
+    ((1, 1, 16), "kn", False), ((3, 100, 100), "nk", False), ((8, 64, 32), "kn", True), ((8, 64, 32), "nk", True),
+    ((17, 16, 4096), "kn", False), ((17, 16, 4096), "nk", True), ((40, 130, 48), "nk", True),
+    ((40, 130, 48), "kn", False), ((1, 4096, 512), "kn", True), ((128, 256, 512), "nk", True),
+])
+def test_xe2_kernel_choice(queue, rng, shape, b_layout, use_2d):
+    a, b, _ = make(rng, *shape, b_layout)
+    da, db = to_device(a, queue), to_device(b, queue)
+    assert xe2_plan(queue, "bmg", da, db, b_layout)[0] == use_2d, G.block2d_breaks(da, db, b_layout, *shape)
+
+
+def test_fallback_for_operands_that_break_the_2d_rules(queue, rng):
+    """Views that start one element (2 bytes) into their buffers break the 64-byte base rule, take the fallback
+    kernels, and give exactly what the 2D kernels give on aligned copies: both sum k in order (one K slice here), the
+    fallback 16 and the 2D kernels 32 at a time."""
+    m, n, k = 40, 96, 64
+    a, b, bias = make(rng, m, n, k, "nk")
+
+    def shifted(x):
+        flat = to_device(np.concatenate([np.zeros(1, np.float16), x.reshape(-1)]), queue)
+        return flat[1:].reshape(x.shape)
+
+    da, db = shifted(a), shifted(b)
+    breaks = G.block2d_breaks(da, db, "nk", m, n, k)
+    assert any("a starts at" in x for x in breaks) and any("b starts at" in x for x in breaks), breaks
+    aligned = G.block2d_breaks(to_device(a, queue), to_device(b, queue), "nk", m, n, k)
+    assert aligned == []
+    for target in ("bmg", "lnl"):
+        got, _ = G.run(da, db, bias=to_device(bias, queue), b_layout="nk", target=target, variant="xe2emu")
+        ref, _ = G.run(to_device(a, queue), to_device(b, queue), bias=to_device(bias, queue), b_layout="nk",
+                       target=target, variant="xe2emu")
+        assert np.array_equal(dpnp.asnumpy(got), dpnp.asnumpy(ref))
+        assert np.array_equal(dpnp.asnumpy(got), R.fp32_ordered(a, b, "nk", bias=bias))
+
+
 def test_xe2_geometry_uses_k_slices_and_slm_only_when_the_grid_is_small():
     constants = {"SG_N": 64, "SGS_M": 8, "SGS_N": 4, "MAX_KSLICES": 16}
     small = G.xe2_geometry(constants, 2048, 1, 4096, 4096)
@@ -97,9 +154,11 @@ def test_xe2_geometry_uses_k_slices_and_slm_only_when_the_grid_is_small():
     local = small["local"]
     assert local[0] // 16 * local[1] * local[2] <= G.MAX_SUBGROUPS_PER_GROUP
     big = G.xe2_geometry(constants, 2048, 4096, 4096, 4096)
-    assert big["tile_m"] == 32 and big["slices"] == 1 and big["slm_floats"] == 0
+    assert big["tile_m"] == 32 and big["slices"] == 1 and big["slm_floats"] == 0 and big["kernel"] == "m32_2d"
     assert big["local"] == (64, 8, 1)  # 4 x 8 sub-groups: a 256 x 256 block of C (seed 002)
     assert big["global"] == (4096 // 64 * 16, 4096 // 32, 1)
+    fallback = G.xe2_geometry(constants, 2048, 4096, 4096, 4096, use_2d=False)
+    assert fallback["tile_m"] == 16 and fallback["kernel"] == "m16"  # the fallback tiles stop at 16 rows
 
 
 def test_out_argument_and_views(queue, rng):
@@ -209,7 +268,8 @@ def test_forcing_an_xe2_target_on_the_cpu_device_fails_clearly(operands):
     a, b, bias, out = operands
     for target in ("bmg", "lnl"):
         with pytest.raises(xe2rt.TargetError, match=rf"target '{target}' needs an Intel Xe2 GPU.*"
-                                                    r"intel_sub_group_f16_f16_matrix_mad_k16.*variant='xe2emu'"):
+                                                    r"intel_sub_group_f16_f16_matrix_mad_k16.*"
+                                                    r"cl_intel_subgroup_2d_block_io.*variant='xe2emu'"):
             xe2rt.gemm_fp16(a, b, bias=bias, out=out, target=target)
     _untouched(out)
 

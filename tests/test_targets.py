@@ -58,5 +58,27 @@ def test_override_order(queue, monkeypatch):
 
 
 def test_hw_threads_fill_rules(queue):
-    assert targets.hw_threads(FakeDevice("x", compute_units=160), "bmg") == 1280  # B580: 160 EUs x 8 threads
-    assert targets.hw_threads(queue.sycl_device, "lnl") == 512  # nominal LNL when run elsewhere
+    # B580 without dpctl details: 160 EUs (compute units) x 4 threads in the 256-GRF mode, 8 with 128 GRF
+    assert targets.hw_threads(FakeDevice("x", compute_units=160), "bmg") == 640
+    assert targets.hw_threads(FakeDevice("x", compute_units=160), "bmg", grf_count=128) == 1280
+    assert targets.hw_threads(queue.sycl_device, "lnl") == 8 * 8 * 4  # nominal LNL (8 Xe cores) when run elsewhere
+    assert targets.hw_threads(queue.sycl_device, "bmg") == 20 * 8 * 4  # nominal BMG-G21
+
+
+def test_geometry_from_dpctl_device_info(monkeypatch):
+    """Where dpctl.utils.intel_device_info answers (Level Zero), its PCI id, EU count, threads per EU and bandwidth
+    win over name parsing and the stated tables."""
+    info = {"device_id": 0xE221, "gpu_eu_count": 256, "gpu_hw_threads_per_eu": 8, "max_mem_bandwidth": 608e9}
+    monkeypatch.setattr(targets, "device_info", lambda device: info)
+    monkeypatch.setattr(targets, "_intel_gpu_pci_ids_from_sysfs", lambda: [])
+    device = FakeDevice("Intel(R) Arc(TM) B580 Graphics", compute_units=999)  # name says G21, dpctl says G31
+    found = targets.detect(device)
+    assert (found.target, found.chip, found.pci_id) == ("bmg", "BMG-G31", 0xE221) and "dpctl" in found.reason
+    assert targets.hw_threads(device, "bmg") == 256 * 4
+    chip, source = targets.chip_figures(device, "bmg")
+    assert (chip.xe_cores, chip.mem_gbps) == (32, 608.0) and "intel_device_info" in source
+    info.clear()  # no details: the name decides, the stated table gives the figures
+    found = targets.detect(device)
+    assert found.chip == "BMG-G21"
+    chip, source = targets.chip_figures(device, "bmg")
+    assert (chip.xe_cores, chip.mem_gbps) == (20, 456.0) and "stated" in source

@@ -29,6 +29,13 @@ def _device_entry(device: dpctl.SyclDevice) -> dict:
     except Xe2rtError as exc:
         entry["target"] = None
         entry["why"] = str(exc)
+    if entry["target"]:
+        # What launches fill (256-GRF Xe2 kernels) and, for Xe2 targets, the chip figures the estimates would use.
+        entry["hw_threads"] = targets.hw_threads(device, entry["target"])
+        if entry["target"] in targets.NOMINAL_CHIP:
+            chip, source = targets.chip_figures(device, entry["target"])
+            entry["chip_figures"] = {"chip": chip.name, "xe_cores": chip.xe_cores, "clock_ghz": chip.clock_ghz,
+                                     "mem_gbps": chip.mem_gbps, "source": source}
     return entry
 
 
@@ -44,7 +51,9 @@ def info(device: dpctl.SyclDevice | str | None = None) -> dict:
         binaries[key] = {"sha256": entry["sha256"], "kernels": sorted(entry["kernels"]), "constants": entry["constants"],
                          "aot": entry.get("aot")}
     from . import __version__
+    from .bench import xe2_static
     return {
+        "hot_loops": xe2_static.rows_from_manifest(manifest),
         "version": __version__,
         "forced_target": config.forced_target(),
         "ocl_icd_filenames": os.environ.get("OCL_ICD_FILENAMES"),
@@ -59,7 +68,8 @@ def format_info(data: dict) -> str:
     lines = [f"xe2rt {data['version']}  kernels: {data['kernel_dir']}",
              f"OCL_ICD_FILENAMES={data['ocl_icd_filenames']}  XE2RT_TARGET={data['forced_target']}", "", "devices:"]
     for d in data["devices"]:
-        lines.append(f"  {d['filter']:14s} {d['name']!r} -> target {d['target']}  ({d['why']})")
+        lines.append(f"  {d['filter']:14s} {d['name']!r} -> target {d['target']}  ({d['why']}), "
+                     f"hardware threads to fill: {d.get('hw_threads', '-')}")
     lines += ["", "binaries (Xe2: what Intel's offline compiler reported, over all kernels of the binary):"]
     for key, b in data["binaries"].items():
         aot = b["aot"]
@@ -68,9 +78,13 @@ def format_info(data: dict) -> str:
             simd = "/".join(sorted({f"SIMD{k['simd_size']}" for k in ks}))
             grf = "/".join(sorted({str(k["grf_count"]) for k in ks}))
             with_dpas = sum(1 for k in ks if k["dpas_instructions"])
+            private = sum(k.get("private_sends", 0) for k in ks)
             detail = (f"{len(ks)} kernels, {simd}, GRF {grf}, max spill {max(k['spill_size'] for k in ks)} B, "
-                      f"DPAS in {with_dpas}  (ocloc {aot['ocloc']}, -device {aot['device']})")
+                      f"private sends {private}, DPAS in {with_dpas}  (ocloc {aot['ocloc']}, -device {aot['device']})")
         else:
             detail = f"{len(b['kernels'])} kernels"
         lines.append(f"  {key:28s} {b['sha256'][:12]}  {detail}")
+    if data.get("hot_loops"):
+        from .bench import xe2_static
+        lines += ["", xe2_static.format_table(data["hot_loops"])]
     return "\n".join(lines)

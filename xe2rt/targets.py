@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dpctl
+import dpctl.utils
 
 from . import config
 from .errors import TargetError
@@ -29,9 +30,34 @@ _NAME_PATTERNS = [
     (re.compile(r"Lunar ?Lake|\bArc\(TM\) 1[34]0V\b", re.I), "lnl", "LNL"),
 ]
 
-# Hardware threads a launch should cover to fill the chip (seed 000: num_groups x local_size ~ HW threads).
-HW_THREADS = {"BMG-G31": 2048, "BMG-G21": 1280, "BMG": 2048, "LNL": 512}
-NOMINAL_HW_THREADS = {"bmg": 2048, "lnl": 512}
+
+
+@dataclass(frozen=True)
+class Chip:
+    """Stated figures of an Xe2 chip (the static estimates in xe2rt.bench.xe2_static use them)."""
+    name: str
+    xe_cores: int
+    clock_ghz: float
+    mem_gbps: float
+    note: str = ""
+    xve_per_core: int = 8
+    xmx_fp16_flop_per_clk_per_core: int = 2048
+
+    @property
+    def xves(self) -> int:
+        return self.xe_cores * self.xve_per_core
+
+
+CHIPS = {
+    "BMG-G21": Chip("BMG-G21", 20, 2.67, 456.0),
+    "BMG-G31": Chip("BMG-G31", 32, 2.67, 608.0, "clock not stated: BMG-G21's 2.67 GHz assumed"),
+    "LNL": Chip("LNL", 8, 2.05, 136.5, "clock not stated: the Arc 140V's 2.05 GHz maximum assumed"),
+}
+# Which chip a target's nominal geometry describes when its binaries run elsewhere (ocloc's -device bmg is BMG-G21).
+NOMINAL_CHIP = {"bmg": "BMG-G21", "lnl": "LNL"}
+# Hardware threads per XVE by register-file mode: 8 with 128 GRF, 4 with the large register file (256 GRF) that the
+# Xe2 kernels are compiled with (-ze-opt-large-register-file).
+THREADS_PER_XVE = {128: 8, 256: 4}
 
 INTEL_VENDOR = 0x8086
 
@@ -71,12 +97,26 @@ def _chip_from_pci_id(pci_id: int) -> tuple[str, str] | None:
     return None
 
 
+def device_info(device) -> dict:
+    """dpctl's Intel device details (PCI id everywhere; EU count, threads per EU, memory bandwidth on Level Zero);
+    empty when the device or the backend gives none."""
+    try:
+        return dict(dpctl.utils.intel_device_info(device))
+    except Exception:  # a stand-in device object, or a dpctl without the call
+        return {}
+
+
 def detect(device: dpctl.SyclDevice) -> DeviceTarget:
-    """The target a device gets when nothing is forced."""
+    """The target a device gets when nothing is forced: by the PCI id dpctl reports, else the one in the driver's
+    device name, else sysfs, else the marketing name."""
     if device.is_cpu:
         return DeviceTarget("cpu", "CPU", None, "CPU device")
     name = device.name
     if device.is_gpu and "intel" in device.vendor.lower():
+        reported = device_info(device).get("device_id")
+        if reported is not None and _chip_from_pci_id(int(reported)):
+            target, chip = _chip_from_pci_id(int(reported))
+            return DeviceTarget(target, chip, int(reported), f"PCI device id 0x{int(reported):04X} (dpctl)")
         pci_id = _pci_id_from_name(name)
         if pci_id is None:
             sysfs_ids = _intel_gpu_pci_ids_from_sysfs()
@@ -115,12 +155,39 @@ def target_for(device: dpctl.SyclDevice | str | None = None) -> str:
     return resolve(device)
 
 
-def hw_threads(device: dpctl.SyclDevice, target: str) -> int:
-    """Hardware threads to fill: the real count on an Xe2 GPU, the chip's nominal count when a GPU target runs
-    elsewhere (tests on the CPU device), and the compute units of a CPU."""
+def hw_threads(device: dpctl.SyclDevice, target: str, grf_count: int = 256) -> int:
+    """Hardware threads a launch must fill (seed 000: num_groups x local_size ~ HW threads) for kernels compiled with
+    `grf_count` registers: on an Xe2 GPU, its XVEs (dpctl's gpu_eu_count, else the compute units) times the threads
+    per XVE in that register-file mode (dpctl's gpu_hw_threads_per_eu is the 128-GRF count; 256 GRF halves it); the
+    nominal chip's figures when a GPU target runs elsewhere (tests on the CPU device); a CPU's compute units."""
     if target == "cpu":
         return max(1, device.max_compute_units)
     if device.is_gpu:
-        # Level Zero reports EUs as compute units; Xe2 has 8 hardware threads per EU.
-        return max(1, device.max_compute_units) * 8
-    return NOMINAL_HW_THREADS[target]
+        info = device_info(device)
+        eus = int(info.get("gpu_eu_count") or device.max_compute_units)
+        per_eu_128 = int(info.get("gpu_hw_threads_per_eu") or THREADS_PER_XVE[128])
+        return max(1, eus * per_eu_128 * 128 // max(grf_count, 128))
+    return CHIPS[NOMINAL_CHIP[target]].xves * THREADS_PER_XVE[256 if grf_count > 128 else 128]
+
+
+def chip_figures(device: dpctl.SyclDevice | None, target: str) -> tuple[Chip, str]:
+    """The chip figures for a device: the detected chip with dpctl's EU count and memory bandwidth where dpctl gives
+    them (Level Zero), else the stated table; for a device that is no Xe2 GPU, the target's nominal chip."""
+    chip_name = NOMINAL_CHIP.get(target, "BMG-G21")
+    source = f"nominal {chip_name} (stated figures)"
+    info: dict = {}
+    if device is not None and getattr(device, "is_gpu", False):
+        try:
+            detected = detect(device)
+            if detected.chip in CHIPS:
+                chip_name, source = detected.chip, f"{detected.chip} ({detected.reason}; stated figures)"
+        except TargetError:
+            pass
+        info = device_info(device)
+    chip = CHIPS[chip_name]
+    if info.get("gpu_eu_count") or info.get("max_mem_bandwidth"):
+        cores = int(info["gpu_eu_count"]) // chip.xve_per_core if info.get("gpu_eu_count") else chip.xe_cores
+        gbps = float(info["max_mem_bandwidth"]) / 1e9 if info.get("max_mem_bandwidth") else chip.mem_gbps
+        chip = Chip(chip.name, cores, chip.clock_ghz, gbps, chip.note)
+        source = f"{chip_name}: EU count / bandwidth from dpctl.utils.intel_device_info"
+    return chip, source

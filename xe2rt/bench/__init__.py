@@ -12,3 +12,6 @@ FAMILIES = {
     "minilm": "xe2rt.bench.models",
     "softmax_topk": "xe2rt.bench.routing",
 }
+# Not a timed family: the static hot-loop table of every bmg/lnl kernel (ocloc ISA + estimated ceilings per chip),
+# printed by `python -m xe2rt bench` after the timed table.
+STATIC_TABLE = "xe2rt.bench.xe2_static"

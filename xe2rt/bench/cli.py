@@ -8,7 +8,7 @@ import platform
 import time
 from pathlib import Path
 
-from . import FAMILIES
+from . import FAMILIES, STATIC_TABLE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,10 +90,15 @@ def run(args: argparse.Namespace) -> int:
         from .launch import format_table as format_launch_table
         print()
         print(format_launch_table(launch_rows))
+    static = importlib.import_module(STATIC_TABLE)
+    static_rows = static.rows_from_manifest()
+    print()
+    print(static.format_table(static_rows))
     report = {"xe2rt_version": xe2rt.__version__, "device": ctx.device.name, "target": ctx.target,
               "driver": ctx.device.driver_version, "host": platform.node(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "quick": args.quick, "read_gbps": read_gbps, "read_gbps_start": read_before,
-              "read_gbps_end": read_after, "llc_bytes": ctx.llc_bytes, "pool_bytes": ctx.pool_bytes, "rows": rows}
+              "read_gbps_end": read_after, "llc_bytes": ctx.llc_bytes, "pool_bytes": ctx.pool_bytes, "rows": rows,
+              "static_hot_loops": static_rows}
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")

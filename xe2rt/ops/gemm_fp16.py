@@ -2,8 +2,8 @@
 weight layout), fp32 accumulation, one fp16 rounding per output.
 
 Geometry, Xe2 shape (seeds 001/002; gemm_fp16.cl): a sub-group of 16 lanes owns a tile_m x SG_N tile of C (tile_m = 8,
-16 or 32: the smallest that covers M, so M = 1 decode does not pay for 32 rows), a work-group SGS_M x SGS_N such
-sub-groups (bmg: 8 x 4 -> 256 x 256), and when the tiles alone would not fill the chip's hardware threads, K is split
+16 or 32: the smallest that covers M, so M = 1 decode does not pay for 32 rows; the fallback kernels stop at 16), a
+work-group SGS_M x SGS_N such sub-groups (bmg: 8 x 4 -> 256 x 256), and when the tiles alone would not fill the chip's hardware threads, K is split
 into `slices` ranges (dimension 2 of the work-group) whose partial tiles meet in SLM:
     local  = (SGS_N * 16, SGS_M, slices)
     global = (ceil(tiles_n / SGS_N) * SGS_N * 16, ceil(tiles_m / SGS_M) * SGS_M, slices)
@@ -15,10 +15,16 @@ Geometry, CPU shape: one work-item per register tile:
     kn_wR   M <= KN_WIDE_MAX_M: all R = 1, 2 or 4 (>= M) rows x 16 KN_WR_NJ columns per packet, B streamed once:
             global = (16, ceil(N / (16 KN_WR_NJ))), local = (16, 1)
 
+Loads, Xe2 shape: operands that meet the 2D block rules (block2d.h: base 64-byte aligned, row pitch a multiple of 16
+bytes, rows of 64 bytes to 2^24 bytes, at most 2^24 rows; i.e. K and, for kn, N multiples of 8 and >= 32) take the
+`*_2d` kernels (2D block loads, K step 32, prefetch); others take the fallback kernels (sub-group block reads and
+per-lane loads, any alignment). `block2d_rule_breaks` is checked here, before launch, because the hardware's
+behaviour is undefined when a rule is broken.
+
 Variants: `variant="native"` (default) is the real thing per target: DPAS on bmg/lnl, the CPU-tuned kernels on cpu.
-`variant="xe2emu"` runs the Xe2-shaped kernels with the DPAS built-in replaced by its software version from the
-cl_intel_subgroup_matrix_multiply_accumulate specification, for any target: that is how the Xe2 code path is run
-and checked on a CPU device.
+`variant="xe2emu"` runs the Xe2-shaped kernels with the DPAS and 2D block built-ins replaced by software versions from
+the cl_intel_subgroup_matrix_multiply_accumulate and cl_intel_subgroup_2d_block_io specifications, for any target:
+that is how the Xe2 code path (2D-block kernels and fallback alike) is run and checked on a CPU device.
 """
 from __future__ import annotations
 
@@ -35,7 +41,10 @@ FAMILIES = {"native": "gemm_fp16", "xe2emu": "gemm_fp16_xe2emu"}
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_erf": 3}
 B_LAYOUTS = ("kn", "nk")
 TILE_ROWS = (8, 16, 32)
+FALLBACK_TILE_ROWS = (8, 16)
 DPAS_K = 16
+K_STEP_2D = 32
+BLOCK2D_MAX = 2**24  # rows and row bytes of a 2D block region
 MIN_STEPS_PER_SLICE = 4  # a K slice shorter than 4 DPAS steps costs more in SLM traffic than it gains
 MAX_SUBGROUPS_PER_GROUP = 32  # 512 work-items
 MAX_SLM_BYTES = 64 * 1024  # Xe2 work-group SLM limit
@@ -47,12 +56,44 @@ KN_WIDE_MAX_M = 4  # kn with at most this many rows: one packet holds them all (
 MAX_DIM = 2**31 - 1 - 256
 
 
-def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> dict:
+def block2d_rule_breaks(name: str, address: int, row_bytes: int, rows: int, pitch: int) -> list[str]:
+    """The rules of cl_intel_subgroup_2d_block_io a region must meet (block2d.h); empty when it meets them all."""
+    breaks = []
+    if address % 64:
+        breaks.append(f"{name} starts at 0x{address:x}, not 64-byte aligned")
+    if not 64 <= row_bytes <= BLOCK2D_MAX:
+        breaks.append(f"{name} rows are {row_bytes} bytes, outside [64, 2^24]")
+    if row_bytes % 4:
+        breaks.append(f"{name} rows are {row_bytes} bytes, not a multiple of 4")
+    if pitch % 16 or pitch < row_bytes:
+        breaks.append(f"{name} row pitch is {pitch} bytes, not a multiple of 16")
+    if not 0 < rows <= BLOCK2D_MAX:
+        breaks.append(f"{name} has {rows} rows, outside [1, 2^24]")
+    return breaks
+
+
+def _address(a) -> int:
+    interface = a.__sycl_usm_array_interface__  # base pointer + element offset (a view starts `offset` in)
+    return interface["data"][0] + interface.get("offset", 0) * a.itemsize
+
+
+def block2d_breaks(a, b, b_layout: str, m: int, n: int, k: int) -> list[str]:
+    """Why the operands cannot take the 2D-block kernels (empty: they can). a is [M, K]; b is [K, N] or [N, K]."""
+    breaks = block2d_rule_breaks("a", _address(a), 2 * k, m, 2 * k)
+    if b_layout == "kn":
+        breaks += block2d_rule_breaks("b", _address(b), 2 * n, k, 2 * n)
+    else:
+        breaks += block2d_rule_breaks("b", _address(b), 2 * k, n, 2 * k)
+    return breaks
+
+
+def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int, use_2d: bool = True) -> dict:
     sg_n = constants["SG_N"]
-    tile_m = next(t for t in TILE_ROWS if m <= t) if m <= TILE_ROWS[-1] else TILE_ROWS[-1]
+    rows = TILE_ROWS if use_2d else FALLBACK_TILE_ROWS
+    tile_m = next(t for t in rows if m <= t) if m <= rows[-1] else rows[-1]
     tiles_m, tiles_n = ceil_div(m, tile_m), ceil_div(n, sg_n)
     sgs_m, sgs_n = min(constants["SGS_M"], tiles_m), min(constants["SGS_N"], tiles_n)
-    steps = ceil_div(k, DPAS_K)
+    steps = ceil_div(k, K_STEP_2D if use_2d else DPAS_K)
     slices = 1
     while (tiles_m * tiles_n * slices * 2 <= hw_threads and slices * 2 <= constants["MAX_KSLICES"]
            and steps >= slices * 2 * MIN_STEPS_PER_SLICE):
@@ -70,7 +111,8 @@ def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> di
             slices //= 2
     local = (sgs_n * 16, sgs_m, slices)
     global_ = (ceil_div(tiles_n, sgs_n) * local[0], ceil_div(tiles_m, sgs_m) * sgs_m, slices)
-    return {"tile_m": tile_m, "slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}
+    return {"tile_m": tile_m, "slices": slices, "local": local, "global": global_, "slm_floats": slm_floats(),
+            "kernel": f"m{tile_m}_2d" if use_2d else f"m{tile_m}"}
 
 
 def kn_static_slm_bytes(constants: dict) -> int:
@@ -99,8 +141,8 @@ def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
 
 
 def _check_device_runs(family: str, target: str, queue) -> None:
-    """The native bmg/lnl binaries call the DPAS built-in, which only an Xe2 GPU driver provides; Intel's CPU runtime,
-    asked to build them, fails without a message. Refuse before that with the reason and the fix."""
+    """The native bmg/lnl binaries call the DPAS and 2D block built-ins, which only an Xe2 GPU driver provides; Intel's
+    CPU runtime, asked to build them, fails without a message. Refuse before that with the reason and the fix."""
     if family != FAMILIES["native"] or not is_xe2(target):
         return
     device = queue.sycl_device
@@ -111,9 +153,10 @@ def _check_device_runs(family: str, target: str, queue) -> None:
     if detected not in ("bmg", "lnl"):
         raise TargetError(
             f"{OP}: target {target!r} needs an Intel Xe2 GPU: its kernels call "
-            f"intel_sub_group_f16_f16_matrix_mad_k16 (cl_intel_subgroup_matrix_multiply_accumulate), which device "
-            f"{device.name!r} does not provide; use target='cpu' or target=None, or variant='xe2emu' to run the "
-            f"Xe2 kernels with software DPAS")
+            f"intel_sub_group_f16_f16_matrix_mad_k16 (cl_intel_subgroup_matrix_multiply_accumulate) and "
+            f"intel_sub_group_2d_block_read_* (cl_intel_subgroup_2d_block_io), which device {device.name!r} does not "
+            f"provide; use target='cpu' or target=None, or variant='xe2emu' to run the Xe2 kernels with software DPAS "
+            f"and 2D block reads")
 
 
 def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, target: str | None = None,
@@ -158,8 +201,9 @@ def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, tar
     args = [a, b, bias if bias is not None else c, c, m, n, k, int(bias is not None), ACTIVATIONS[activation]]
     constants = program.constants
     if constants["XE2_SHAPE"]:
-        geo = xe2_geometry(constants, targets.hw_threads(queue.sycl_device, program.target), m, n, k)
-        kernel = program.kernel(f"{OP}_{b_layout}_m{geo['tile_m']}")
+        use_2d = not block2d_breaks(a, b, b_layout, m, n, k)
+        geo = xe2_geometry(constants, targets.hw_threads(queue.sycl_device, program.target), m, n, k, use_2d)
+        kernel = program.kernel(f"{OP}_{b_layout}_{geo['kernel']}")
         args.append(max(1, geo["slm_floats"]))
     else:
         geo = cpu_geometry(constants, b_layout, m, n)

@@ -82,3 +82,100 @@ def dpas_spec(a_regs: np.ndarray, b_regs: np.ndarray, acc_regs: np.ndarray) -> n
     b_mat = np.ascontiguousarray(b_regs, dtype=np.int32).view(np.float16).astype(np.float64).T  # [k, n]: lane n
     c = acc_regs.astype(np.float64).T + a_mat @ b_mat  # [m, n]
     return c.T
+
+
+def fp32_ordered(a, b, b_layout="kn", *, bias=None, relu=False, k_step=16, slices=1) -> np.ndarray:
+    """The Xe2 kernels' result by the direct formula, in their exact fp32 order: each K slice sums its products
+    k = k_begin, k_begin + 1, ... into a float32 that starts at +0 (an fp16 x fp16 product is exact in fp32, so each
+    fma of the DPAS rounds once, like a float32 add of the product); slice 0 then adds slices 1, 2, ... in order; bias
+    is added in fp32, relu applied, and the result rounded once to float16 (round to nearest even). Slice s owns the
+    K steps [s p, (s + 1) p) of ceil(K / k_step) steps, p = ceil(steps / slices) (xe2rt_slice_range)."""
+    a32 = np.asarray(a, dtype=np.float32)
+    b32 = np.asarray(dense_b(b, b_layout), dtype=np.float32)
+    k = a32.shape[1]
+    steps = -(-k // k_step)
+    per = -(-steps // slices) if slices else 0
+    total = None
+    for s in range(slices):
+        k0, k1 = min(s * per * k_step, k), min((s + 1) * per * k_step, k)
+        acc = np.zeros((a32.shape[0], b32.shape[1]), np.float32)
+        for kk in range(k0, k1):
+            acc += np.outer(a32[:, kk], b32[kk, :])
+        total = acc if total is None else total + acc
+    if bias is not None:
+        total = total + np.asarray(bias, dtype=np.float32)
+    if relu:
+        total = np.maximum(total, np.float32(0))
+    return total.astype(np.float16)
+
+
+def block2d_read(region: np.ndarray, *, width: int, height: int, pitch: int, coord: tuple[int, int], elem: int,
+                 block_w: int, block_h: int, count: int = 1, transform: bool = False, transpose: bool = False,
+                 lanes: int = 16) -> np.ndarray:
+    """A sub-group 2D block read by the SPV_INTEL_2d_block_io mapping, on a region given as raw bytes (uint8, at least
+    height x pitch). Returns each lane's destination as raw bytes [lanes, bytes per lane].
+
+    Per block (blocks side by side, block c starting block_w elements after block c - 1): elements outside
+    [0, width / elem) x [0, height) are zero; the width is padded to a power of two (transpose: the height), padded
+    elements zero; transform packs 4 / elem consecutive rows of a column into one 32-bit value, lower row in the lower
+    bits; transpose swaps rows and columns. The (possibly packed) block rows are then dealt to lanes: a row as wide as
+    the sub-group gives one element per lane; a narrower row goes to a group of lanes, the next row to the next group;
+    a wider row gives each lane consecutive elements. The destination is block 0's values, then block 1's, ...
+    """
+    x0, y0 = coord
+    region = np.asarray(region, dtype=np.uint8)
+
+    def element(x, y):
+        if x < 0 or y < 0 or y >= height or x >= width // elem:
+            return 0
+        off = y * pitch + x * elem
+        return int.from_bytes(region[off:off + elem].tobytes(), "little")
+
+    def pow2(v):
+        return 1 << (v - 1).bit_length()
+
+    per_lane: list[list[tuple[int, int]]] = [[] for _ in range(lanes)]  # (value, size in bytes)
+    for c in range(count):
+        bx = x0 + c * block_w
+        if transpose:
+            hp = pow2(block_h)
+            mat = [[element(bx + col, y0 + row) if row < block_h else 0 for row in range(hp)] for col in range(block_w)]
+            size = elem
+        elif transform:
+            per = 4 // elem
+            hp = -(-block_h // per) * per
+            wp = pow2(block_w)
+            mat = []
+            for r in range(0, hp, per):
+                row = []
+                for col in range(wp):
+                    v = 0
+                    for j in range(per):
+                        e = element(bx + col, y0 + r + j) if col < block_w and r + j < block_h else 0
+                        v |= e << (8 * elem * j)
+                    row.append(v)
+                mat.append(row)
+            size = 4
+        else:
+            wp = pow2(block_w)
+            mat = [[element(bx + col, y0 + row) if col < block_w else 0 for col in range(wp)] for row in range(block_h)]
+            size = elem
+        w = len(mat[0])
+        if w == lanes:
+            for row in mat:
+                for lane in range(lanes):
+                    per_lane[lane].append((row[lane], size))
+        elif w < lanes:
+            group = lanes // w
+            for q in range(0, len(mat), group):
+                for lane in range(lanes):
+                    r = q + lane // w
+                    per_lane[lane].append((mat[r][lane % w] if r < len(mat) else 0, size))
+        else:
+            each = w // lanes
+            for row in mat:
+                for lane in range(lanes):
+                    for j in range(each):
+                        per_lane[lane].append((row[lane * each + j], size))
+    out = [b"".join(v.to_bytes(n, "little") for v, n in values) for values in per_lane]
+    return np.frombuffer(b"".join(out), dtype=np.uint8).reshape(lanes, -1)
