@@ -73,8 +73,8 @@ __kernel void gemv_fp16(__global const half* x, __global const half* w, __global
     }
 }
 
-/* Batched: one sub-group per (BR = BATCH_RPT(MB) rows, slice); a weight block read per row, then per x row one block read shared by
- * the BR rows and 8 fmas per row into that (row, x row) accumulator. */
+/* Batched: one sub-group per (BR = BATCH_RPT(MB) rows, slice); a weight block read per row, then per x row one
+ * block read shared by the BR rows and 8 fmas per row into that (row, x row) accumulator. */
 INLINE void gemv_fp16_batch(BATCH_PARAMS, const int MB)
 {
     const int BR = BATCH_RPT(MB);
@@ -102,7 +102,8 @@ INLINE void gemv_fp16_batch(BATCH_PARAMS, const int MB)
                 const int k = c * VL + b * BLOCK;
                 float8 wv[ROWS];
                 for (int r = 0; r < BR; ++r)
-                    wv[r] = convert_float8(as_half8(intel_sub_group_block_read_us8((__global const ushort*)(w_rows[r] + k))));
+                    wv[r] = convert_float8(as_half8(
+                        intel_sub_group_block_read_us8((__global const ushort*)(w_rows[r] + k))));
                 for (int m = 0; m < MB; ++m) {
                     if (m < M) {
                         const float8 xv = convert_float8(as_half8(
@@ -147,7 +148,8 @@ INLINE void gemv_fp16_batch(BATCH_PARAMS, const int MB)
         for (int r = 0; r < BR; ++r)
             for (int m = 0; m < MB; ++m)
                 if (m < M && row0 + r < N)
-                    y[(size_t)m * N + row0 + r] = convert_half(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT));
+                    y[(size_t)m * N + row0 + r] =
+                        convert_half(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT));
 }
 
 #define BATCH_KERNEL(MB) \
@@ -201,8 +203,8 @@ __kernel void gemv_fp16(__global const half* x, __global const half* w, __global
         }
 }
 
-/* Batched: one work-item per (BR = BATCH_RPT(MB) rows, slice); per 16 k a weight vector per row, then per x row one vload_half16
- * shared by the BR rows and one float16 fma per row. */
+/* Batched: one work-item per (BR = BATCH_RPT(MB) rows, slice); per 16 k a weight vector per row, then per x row one
+ * vload_half16 shared by the BR rows and one float16 fma per row. */
 INLINE void gemv_fp16_batch(BATCH_PARAMS, const int MB)
 {
     const int BR = BATCH_RPT(MB);
@@ -253,7 +255,8 @@ INLINE void gemv_fp16_batch(BATCH_PARAMS, const int MB)
         for (int r = 0; r < BR; ++r)
             for (int m = 0; m < MB; ++m)
                 if (m < M && row0 + r < N)
-                    vstore_half_rte(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT), (size_t)m * N + row0 + r, y);
+                    vstore_half_rte(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT),
+                                    (size_t)m * N + row0 + r, y);
 }
 
 #define BATCH_KERNEL(MB) \

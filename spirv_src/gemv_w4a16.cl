@@ -248,7 +248,8 @@ INLINE void w4_xe2_batch(BATCH_PARAMS, const int G, const int ZP, const int MB)
                 }
                 for (int m = 0; m < MB; ++m) {
                     if (m < M) {
-                        const float8 xf = convert_float8(as_half8(vload4(0, (__global const uint*)(x + (size_t)m * K + k0))));
+                        __global const uint* xm = (__global const uint*)(x + (size_t)m * K + k0);
+                        const float8 xf = convert_float8(as_half8(vload4(0, xm)));
                         for (int r = 0; r < BR; ++r) {
                             float4 p4 = wf[r].lo * xf.lo;
                             p4 = fma(wf[r].hi, xf.hi, p4);
@@ -287,7 +288,8 @@ INLINE void w4_xe2_batch(BATCH_PARAMS, const int G, const int ZP, const int MB)
         for (int r = 0; r < BR; ++r)
             for (int m = 0; m < MB; ++m)
                 if (m < M && row0 + r < N)
-                    y[(size_t)m * N + row0 + r] = convert_half(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT));
+                    y[(size_t)m * N + row0 + r] =
+                        convert_half(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT));
 }
 
 #define W4_BATCH_KERNEL(NAME, G, ZP, MB) \
@@ -556,7 +558,8 @@ INLINE void w4_cpu_batch(BATCH_PARAMS, const int G, const int ZP, const int MB)
         for (int r = 0; r < BR; ++r)
             for (int m = 0; m < MB; ++m)
                 if (m < M && row0 + r < N)
-                    vstore_half_rte(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT), (size_t)m * N + row0 + r, y);
+                    vstore_half_rte(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT),
+                                    (size_t)m * N + row0 + r, y);
 }
 
 #define W4_BATCH_KERNEL(NAME, G, ZP, MB) \

@@ -109,12 +109,14 @@ INLINE void gemv_w8a16_batch(BATCH_PARAMS, const int MB)
                 const int k = c * VL + b * BLOCK_K;
                 float16 wv[ROWS];
                 for (int r = 0; r < BR; ++r)
-                    wv[r] = convert_float16(as_char16(intel_sub_group_block_read_uc16((__global const uchar*)(w_rows[r] + k))));
+                    wv[r] = convert_float16(as_char16(
+                        intel_sub_group_block_read_uc16((__global const uchar*)(w_rows[r] + k))));
                 for (int m = 0; m < MB; ++m) {
                     if (m < M) {
                         __global const ushort* xm = (__global const ushort*)(x + (size_t)m * K + k);
-                        const float16 xv = (float16)(convert_float8(as_half8(intel_sub_group_block_read_us8(xm))),
-                                                     convert_float8(as_half8(intel_sub_group_block_read_us8(xm + 8 * SG))));
+                        const half8 x0 = as_half8(intel_sub_group_block_read_us8(xm));
+                        const half8 x1 = as_half8(intel_sub_group_block_read_us8(xm + 8 * SG));
+                        const float16 xv = (float16)(convert_float8(x0), convert_float8(x1));
                         for (int r = 0; r < BR; ++r) {
                             float a = acc[r * MB + m];
                             a = fma(wv[r].s0, xv.s0, a); a = fma(wv[r].s1, xv.s1, a);

@@ -160,7 +160,8 @@ def test_batch_bad_input(queue, rng):
         with pytest.raises(xe2rt.InputError, match=r"out must have shape \(3, 8\)"):
             call(to_device(np.zeros((3, k), np.float16), queue), out=out)
         with pytest.raises(xe2rt.InputError, match=r"out must be 2-D, got 1-D"):
-            call(to_device(np.zeros((4, k), np.float16), queue), out=dpnp.zeros(4 * n, dtype=np.float16, sycl_queue=queue))
+            call(to_device(np.zeros((4, k), np.float16), queue),
+                 out=dpnp.zeros(4 * n, dtype=np.float16, sycl_queue=queue))
         assert (dpnp.asnumpy(out) == 5.0).all()
 
 

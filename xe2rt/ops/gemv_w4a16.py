@@ -1,5 +1,6 @@
-"""W4A16 GEMV for decode (x [K], or [M, K] with M <= 16 sharing one read of the weights): y[N] = dequant(W)[N, K] . x[K], uint4 weights with per-group fp16 scales (and
-optional zero points), fp16 x and y, fp32 accumulation.
+"""W4A16 GEMV for decode (x [K], or [M, K] with M <= 16 sharing one read of the weights):
+y[N] = dequant(W)[N, K] . x[K], uint4 weights with per-group fp16 scales (and optional zero points), fp16 x and y,
+fp32 accumulation.
 
 Geometry (seed 000, gemv_common.geometry): ceil(N / ROWS) work-groups of ROWS rows, K split into K_SPLIT slices
 reduced in SLM.
@@ -58,6 +59,7 @@ def run(x, qw, *, out=None, target: str | None = None, dequant: str | None = Non
 
 def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequant: str | None = None):
     """y = dequant(qw) @ x for float16 x [K] (y [N]) or x [M, K] with M <= 16 (y [M, N] = x @ dequant(qw).T), qw a
-    QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain") overrides the target's default
-    variant; `target` forces a kernel target (bmg, lnl, cpu) for this call."""
+    QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain")
+    overrides the target's default variant (M = 1 only: the batched kernels dequantize exactly first either way);
+    `target` forces a kernel target (bmg, lnl, cpu) for this call."""
     return run(x, qw, out=out, target=target, dequant=dequant)[0]

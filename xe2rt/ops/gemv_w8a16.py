@@ -1,5 +1,5 @@
-"""W8A16 GEMV for decode (x [K], or [M, K] with M <= 16 sharing one read of the weights): y[N] = scale[N] * (q[N, K] . x[K]), int8 weights with one fp16 scale per row, fp16 x
-and y, fp32 accumulation.
+"""W8A16 GEMV for decode (x [K], or [M, K] with M <= 16 sharing one read of the weights):
+y[N] = scale[N] * (q[N, K] . x[K]), int8 weights with one fp16 scale per row, fp16 x and y, fp32 accumulation.
 
 Geometry (seed 000, gemv_common.geometry): ceil(N / ROWS) work-groups of ROWS rows, K split into K_SPLIT slices
 reduced in SLM.
@@ -33,5 +33,6 @@ def run(x, qw, *, out=None, target: str | None = None):
 
 def gemv_w8a16(x, qw: QuantizedW8, *, out=None, target: str | None = None):
     """y = dequant(qw) @ x for float16 x [K] (y [N]) or x [M, K] with M <= 16 (y [M, N] = x @ dequant(qw).T), qw a
-    QuantizedW8 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `target` forces a kernel target (bmg, lnl, cpu) for this call."""
+    QuantizedW8 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `target` forces a kernel target
+    (bmg, lnl, cpu) for this call."""
     return run(x, qw, out=out, target=target)[0]
