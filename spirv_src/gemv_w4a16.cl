@@ -26,6 +26,16 @@
  *    x split into 8 phase vectors (lane i, phase t = x[k0 + 8 i + t]) shared by the RPT rows, per-lane scales and zero
  *    points, so the per-group work is vector work too; groups past the last whole step take the per-group path.
  * One kernel per (group size, symmetric / zero-point): gemv_w4a16_g{32,64,128}_{sym,zp}.
+ *
+ * Batched decode (gemv_w4a16_g{G}_{sym,zp}_m{2,4,8,16}): x [M, K] -> y [M, N] for M <= MB, the weights read and
+ * dequantized once for all M rows: in a batch the dequant is shared by M rows, so each code becomes its exact weight
+ * (q - z) s first (a 4-bit difference times an fp16 scale is exact in fp32) and every x row takes plain fmas; the
+ * DEQUANT_MAGIC variants differ only in the single-row kernels. A thread owns BR = BATCH_RPT(MB) rows with MB
+ * accumulators each (BR * MB <= max(BATCH_ACCS, MB), in registers); x rows m >= M are skipped by a uniform branch.
+ *  - XE2: one sub-group per (BR rows, slice), 512 k per uint4 block read per row as above; per word 8 weights per
+ *    row, then per x row one 16-byte x load shared by the BR rows.
+ *  - CPU: one work-item per (BR consecutive rows, slice); per 32 k the 32 weights of a row are dequantized and put
+ *    back in k order (two permutes), then per x row two vload_half16 shared by the BR rows.
  */
 #include "xe2rt.h"
 
@@ -57,6 +67,13 @@
 #define W4_ARGS x, packed, scales, zeros, y, N, K, partial
 
 #define INLINE static inline __attribute__((always_inline))
+
+#define BATCH_PARAMS __global const half* x, __global const uchar* packed, __global const half* scales, \
+                     __global const uchar* zeros, __global half* y, int N, int K, int M, __local float* partial
+#define BATCH_ARGS x, packed, scales, zeros, y, N, K, M, partial
+/* rows per thread of the MB kernel: BATCH_ACCS / MB, within [1, ROWS]; accumulator slots BR * MB */
+#define BATCH_RPT(MB) (BATCH_ACCS / (MB) < 1 ? 1 : BATCH_ACCS / (MB) > ROWS ? ROWS : BATCH_ACCS / (MB))
+#define BATCH_SLOTS (BATCH_ACCS > 16 ? BATCH_ACCS : 16)
 
 #if XE2RT_XE2
 
@@ -182,6 +199,101 @@ INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
 
 #define W4_KERNEL(NAME, G, ZP) \
     XE2RT_REQD_SUB_GROUP_SIZE(SG) __kernel void NAME(W4_PARAMS) { w4_xe2(W4_ARGS, G, ZP); }
+
+/* Batched, Xe2 (see the header): per packed word 8 exact weights per row, then per x row one 16-byte x load shared
+ * by the BR rows; each 8-term dot goes into that (row, x row) accumulator. */
+INLINE void w4_xe2_batch(BATCH_PARAMS, const int G, const int ZP, const int MB)
+{
+    const int BR = BATCH_RPT(MB);
+    const int sg = get_sub_group_id();
+    const int lane = get_sub_group_local_id();
+    const int item_row = (sg / K_SPLIT) * BR;
+    const int slice = sg % K_SPLIT;
+    const int row0 = get_group_id(0) * ROWS + item_row;
+    const int groups_per_row = K / G;
+
+    __global const uchar* prow[ROWS];
+    __global const half* srow[ROWS];
+    __global const uchar* zrow[ROWS];
+    bool aligned = XE2RT_BLOCK_ALIGNED(x); /* K is a multiple of 32: every x row is aligned with the first */
+    for (int r = 0; r < BR; ++r) {
+        const size_t row = (size_t)min(row0 + r, N - 1);
+        prow[r] = packed + row * (K / 2);
+        srow[r] = scales + row * groups_per_row;
+        zrow[r] = zeros + row * groups_per_row;
+        aligned = aligned && XE2RT_BLOCK_ALIGNED(prow[r]);
+    }
+    const int chunks = K / BLOCK_K;
+    const int2 range = xe2rt_slice_range(chunks, slice, K_SPLIT);
+    const int tail_begin = slice == K_SPLIT - 1 ? chunks * (BLOCK_K / 2) : K / 2;
+
+    float acc[BATCH_SLOTS];
+    for (int i = 0; i < BR * MB; ++i)
+        acc[i] = 0.0f;
+    if (aligned) {
+        for (int c = range.s0; c < range.s1; ++c) {
+            const int kb = c * BLOCK_K;
+            uint words[ROWS][4];
+            for (int r = 0; r < BR; ++r)
+                vstore4(intel_sub_group_block_read4((__global const uint*)(prow[r] + kb / 2)), 0, words[r]);
+            __attribute__((opencl_unroll_hint))
+            for (int i = 0; i < 4; ++i) {
+                const int k0 = kb + 8 * (i * SG + lane);
+                const int g = k0 / G;
+                float8 wf[ROWS];
+                for (int r = 0; r < BR; ++r) {
+                    const float s = (float)srow[r][g];
+                    const float bias = MAGIC_VALUE + (ZP ? (float)zrow[r][g] : (float)SYM_ZERO);
+                    wf[r] = fma(w4_codes(words[r][i]), (float8)s, (float8)(-bias * s)); /* exact (q - z) s */
+                }
+                for (int m = 0; m < MB; ++m) {
+                    if (m < M) {
+                        __global const uint* xm = (__global const uint*)(x + (size_t)m * K + k0);
+                        const float8 xf = convert_float8(as_half8(vload4(0, xm)));
+                        for (int r = 0; r < BR; ++r) {
+                            float4 p4 = wf[r].lo * xf.lo;
+                            p4 = fma(wf[r].hi, xf.hi, p4);
+                            acc[r * MB + m] += (p4.s0 + p4.s1) + (p4.s2 + p4.s3);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    /* per-lane bytes: the unaligned main range, then the K tail */
+    const int j_end = aligned ? 0 : range.s1 * (BLOCK_K / 2);
+    for (int pass = 0; pass < 2; ++pass) {
+        const int j0 = pass ? tail_begin : range.s0 * (BLOCK_K / 2), j1 = pass ? K / 2 : j_end;
+        for (int j = j0 + lane; j < j1; j += SG)
+            for (int r = 0; r < BR; ++r) {
+                const int g = 2 * j / G;
+                const uchar b = prow[r][j];
+                const float s = (float)srow[r][g];
+                const float z = ZP ? (float)zrow[r][g] : (float)SYM_ZERO;
+                const float w0 = ((float)(b & 15) - z) * s, w1 = ((float)(b >> 4) - z) * s;
+                for (int m = 0; m < MB; ++m)
+                    if (m < M)
+                        acc[r * MB + m] += fma(w0, (float)x[(size_t)m * K + 2 * j],
+                                               w1 * (float)x[(size_t)m * K + 2 * j + 1]);
+            }
+    }
+    for (int r = 0; r < BR; ++r)
+        for (int m = 0; m < MB; ++m) {
+            const float total = sub_group_reduce_add(acc[r * MB + m]);
+            if (lane == 0)
+                partial[(m * ROWS + item_row + r) * K_SPLIT + slice] = total;
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (slice == 0 && lane == 0)
+        for (int r = 0; r < BR; ++r)
+            for (int m = 0; m < MB; ++m)
+                if (m < M && row0 + r < N)
+                    y[(size_t)m * N + row0 + r] =
+                        convert_half(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT));
+}
+
+#define W4_BATCH_KERNEL(NAME, G, ZP, MB) \
+    XE2RT_REQD_SUB_GROUP_SIZE(SG) __kernel void NAME##_m##MB(BATCH_PARAMS) { w4_xe2_batch(BATCH_ARGS, G, ZP, MB); }
 
 #else /* CPU shape */
 
@@ -386,7 +498,75 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
 #define W4_KERNEL(NAME, G, ZP) \
     __kernel void NAME(W4_PARAMS) { w4_cpu(W4_ARGS, G, ZP); }
 
+/* Batched, CPU (see the header): per 32 k and row, 32 exact weights in k order (wa: k 0..15, wb: k 16..31), then per
+ * x row two vload_half16 shared by the BR rows and wa a + wb b into that (row, x row) accumulator. */
+INLINE void w4_cpu_batch(BATCH_PARAMS, const int G, const int ZP, const int MB)
+{
+    const int BR = BATCH_RPT(MB);
+    const int lid = get_local_id(0);
+    const int slice = lid % K_SPLIT;
+    const int item_row = (lid / K_SPLIT) * BR;
+    const int row0 = get_group_id(0) * ROWS + item_row;
+    const int groups_per_row = K / G;
+    const int chunks = G / 32;
+    /* codes32 gives even k (lo) and odd k (hi); these put them back in k order */
+    const uint16 K_LO = (uint16)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const uint16 K_HI = K_LO + 8;
+
+    /* Rows past N read row N-1 again (branch-free inner loop) and are never stored. */
+    __global const uchar* prow[ROWS];
+    __global const half* srow[ROWS];
+    __global const uchar* zrow[ROWS];
+    for (int r = 0; r < BR; ++r) {
+        const size_t row = (size_t)min(row0 + r, N - 1);
+        prow[r] = packed + row * (K / 2);
+        srow[r] = scales + row * groups_per_row;
+        zrow[r] = zeros + row * groups_per_row;
+    }
+    const int2 range = xe2rt_slice_range(groups_per_row, slice, K_SPLIT);
+    float16 acc[BATCH_SLOTS];
+    for (int i = 0; i < BR * MB; ++i)
+        acc[i] = 0.0f;
+    for (int g = range.s0; g < range.s1; ++g) {
+        for (int c = 0; c < chunks; ++c) {
+            const int o = g * chunks + c; /* 32-k chunk index */
+            float16 wa[ROWS], wb[ROWS];
+            for (int r = 0; r < BR; ++r) {
+                const float s = vload_half(g, srow[r]);
+                const float bias = MAGIC_VALUE + (ZP ? (float)zrow[r][g] : (float)SYM_ZERO);
+                float16 lo, hi;
+                codes32(vload16(o, prow[r]), &lo, &hi);
+                lo = (lo - bias) * s; /* exact: (q - z) s */
+                hi = (hi - bias) * s;
+                wa[r] = shuffle2(lo, hi, K_LO);
+                wb[r] = shuffle2(lo, hi, K_HI);
+            }
+            for (int m = 0; m < MB; ++m)
+                if (m < M) {
+                    const float16 a = vload_half16(2 * o, x + (size_t)m * K);
+                    const float16 b = vload_half16(2 * o + 1, x + (size_t)m * K);
+                    for (int r = 0; r < BR; ++r)
+                        acc[r * MB + m] += fma(wb[r], b, wa[r] * a);
+                }
+        }
+    }
+    for (int r = 0; r < BR; ++r)
+        for (int m = 0; m < MB; ++m)
+            partial[(m * ROWS + item_row + r) * K_SPLIT + slice] = hsum16(acc[r * MB + m]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (slice == 0)
+        for (int r = 0; r < BR; ++r)
+            for (int m = 0; m < MB; ++m)
+                if (m < M && row0 + r < N)
+                    vstore_half_rte(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT),
+                                    (size_t)m * N + row0 + r, y);
+}
+
+#define W4_BATCH_KERNEL(NAME, G, ZP, MB) \
+    __kernel void NAME##_m##MB(BATCH_PARAMS) { w4_cpu_batch(BATCH_ARGS, G, ZP, MB); }
+
 #endif
+
 
 W4_KERNEL(gemv_w4a16_g32_sym, 32, 0)
 W4_KERNEL(gemv_w4a16_g64_sym, 64, 0)
@@ -394,3 +574,28 @@ W4_KERNEL(gemv_w4a16_g128_sym, 128, 0)
 W4_KERNEL(gemv_w4a16_g32_zp, 32, 1)
 W4_KERNEL(gemv_w4a16_g64_zp, 64, 1)
 W4_KERNEL(gemv_w4a16_g128_zp, 128, 1)
+
+W4_BATCH_KERNEL(gemv_w4a16_g32_sym, 32, 0, 2)
+W4_BATCH_KERNEL(gemv_w4a16_g32_sym, 32, 0, 4)
+W4_BATCH_KERNEL(gemv_w4a16_g32_sym, 32, 0, 8)
+W4_BATCH_KERNEL(gemv_w4a16_g32_sym, 32, 0, 16)
+W4_BATCH_KERNEL(gemv_w4a16_g64_sym, 64, 0, 2)
+W4_BATCH_KERNEL(gemv_w4a16_g64_sym, 64, 0, 4)
+W4_BATCH_KERNEL(gemv_w4a16_g64_sym, 64, 0, 8)
+W4_BATCH_KERNEL(gemv_w4a16_g64_sym, 64, 0, 16)
+W4_BATCH_KERNEL(gemv_w4a16_g128_sym, 128, 0, 2)
+W4_BATCH_KERNEL(gemv_w4a16_g128_sym, 128, 0, 4)
+W4_BATCH_KERNEL(gemv_w4a16_g128_sym, 128, 0, 8)
+W4_BATCH_KERNEL(gemv_w4a16_g128_sym, 128, 0, 16)
+W4_BATCH_KERNEL(gemv_w4a16_g32_zp, 32, 1, 2)
+W4_BATCH_KERNEL(gemv_w4a16_g32_zp, 32, 1, 4)
+W4_BATCH_KERNEL(gemv_w4a16_g32_zp, 32, 1, 8)
+W4_BATCH_KERNEL(gemv_w4a16_g32_zp, 32, 1, 16)
+W4_BATCH_KERNEL(gemv_w4a16_g64_zp, 64, 1, 2)
+W4_BATCH_KERNEL(gemv_w4a16_g64_zp, 64, 1, 4)
+W4_BATCH_KERNEL(gemv_w4a16_g64_zp, 64, 1, 8)
+W4_BATCH_KERNEL(gemv_w4a16_g64_zp, 64, 1, 16)
+W4_BATCH_KERNEL(gemv_w4a16_g128_zp, 128, 1, 2)
+W4_BATCH_KERNEL(gemv_w4a16_g128_zp, 128, 1, 4)
+W4_BATCH_KERNEL(gemv_w4a16_g128_zp, 128, 1, 8)
+W4_BATCH_KERNEL(gemv_w4a16_g128_zp, 128, 1, 16)

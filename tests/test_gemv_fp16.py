@@ -119,9 +119,9 @@ class TestBadInput:
         with pytest.raises(xe2rt.InputError, match=r"w must be 2-D, got 3-D"):
             xe2rt.gemv_fp16(to_device(self.x, queue), to_device(self.w.reshape(2, 4, 64), queue))
 
-    def test_batched_x(self, queue):
-        with pytest.raises(xe2rt.InputError, match=r"x must be \[K\] or \[1, K\]"):
-            xe2rt.gemv_fp16(to_device(np.ones((2, 64), np.float16), queue), to_device(self.w, queue))
+    def test_batch_over_16(self, queue):
+        with pytest.raises(xe2rt.InputError, match=r"x must be \[K\] or \[M, K\] with M <= 16 .* got shape \(17, 64\)"):
+            xe2rt.gemv_fp16(to_device(np.ones((17, 64), np.float16), queue), to_device(self.w, queue))
 
     def test_numpy_input(self, queue):
         with pytest.raises(xe2rt.InputTypeError, match="x must be a dpnp array"):

@@ -9,6 +9,7 @@ FAMILIES = {
     "gemv_w4a16": "xe2rt.bench.gemv_w4a16",
     "gemv_w8a16": "xe2rt.bench.gemv_w8a16",
     "launch": "xe2rt.bench.launch",
+    "minilm": "xe2rt.bench.models",
     "softmax_topk": "xe2rt.bench.routing",
     "tp": "xe2rt.bench.tp",
     "moe_ffn_w4a16": "xe2rt.bench.moe",

@@ -19,6 +19,48 @@ from .harness import BenchContext, Result
 SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096)]
 QUICK_SHAPES = [(256, 1024)]
 GROUP = 128
+# Batched decode rows (x [M, K], weights read once): M = 1, 4, 16 on one shape; x and y bytes scale with M.
+BATCH_SHAPE, QUICK_BATCH_SHAPE = (4096, 4096), (256, 1024)
+BATCHES = (1, 4, 16)
+
+
+def _batched(ctx: BenchContext, family: str, run, pool: list, copies: int, n: int, k: int, weight_bytes: int,
+             case: str) -> list[Result]:
+    rng = np.random.default_rng(2)
+    results = []
+    for m in BATCHES:
+        x = dpnp.asarray(rng.standard_normal((m, k), dtype=np.float32).astype(np.float16), sycl_queue=ctx.queue)
+        y = dpnp.empty((m, n), dtype=np.float16, sycl_queue=ctx.queue)
+        seconds = ctx.time_events(lambda i: run(x, pool[i % copies], out=y)[1])
+        wall = ctx.time_wall(lambda i: run(x, pool[i % copies], out=y)[0])
+        results.append(Result(family, f"M={m} {n}x{k}{case}", ctx.target, seconds, wall,
+                              bytes=m * k * 2 + weight_bytes + m * n * 2, flops=2 * m * n * k,
+                              note=f"batched decode, weights read once; pool {copies} copies",
+                              read_gbps=ctx.last_read_gbps))
+    return results
+
+
+def batched_w4(ctx: BenchContext) -> list[Result]:
+    n, k = QUICK_BATCH_SHAPE if ctx.quick else BATCH_SHAPE
+    rng = np.random.default_rng(3)
+    g = 32
+    host = QuantizedW4(rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8),
+                       (rng.uniform(0.5, 1.5, size=(n, k // g)) * 0.01).astype(np.float16),
+                       rng.integers(0, 16, size=(n, k // g), dtype=np.uint8), g)
+    copies = ctx.copies_for(host.nbytes)
+    pool = _w4_pool(ctx, host, copies)
+    weight_bytes = w4_bytes(n, k, g, False) - k * 2 - n * 2
+    return _batched(ctx, "gemv_w4a16", w4_op.run, pool, copies, n, k, weight_bytes, f" g{g}zp")
+
+
+def batched_w8(ctx: BenchContext) -> list[Result]:
+    n, k = QUICK_BATCH_SHAPE if ctx.quick else BATCH_SHAPE
+    rng = np.random.default_rng(4)
+    q8 = dpnp.asarray(rng.integers(-127, 128, size=(n, k), dtype=np.int8), sycl_queue=ctx.queue)
+    s8 = dpnp.asarray((rng.uniform(0.5, 1.5, size=n) * 1e-3).astype(np.float16), sycl_queue=ctx.queue)
+    copies = ctx.copies_for(n * k)
+    pool = [QuantizedW8(q8, s8)] + [QuantizedW8(dpnp.copy(q8), dpnp.copy(s8)) for _ in range(copies - 1)]
+    return _batched(ctx, "gemv_w8a16", w8_op.run, pool, copies, n, k, n * k + n * 2, "")
 
 
 def w4_bytes(n: int, k: int, group_size: int, symmetric: bool) -> int:
@@ -99,7 +141,7 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
                               seconds, wall, bytes=w4_bytes(n, k, g, False), flops=2 * n * k,
                               note=f"default dequant; int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; "
                                    f"pool {copies} copies", read_gbps=ctx.last_read_gbps))
-    return results
+    return results + batched_w4(ctx)
 
 
 def cases_w8(ctx: BenchContext) -> list[Result]:
@@ -117,4 +159,4 @@ def cases_w8(ctx: BenchContext) -> list[Result]:
         results.append(Result("gemv_w8a16", f"{n}x{k}", ctx.target, seconds, wall, bytes=w8_bytes(n, k),
                               flops=2 * n * k, alternative="dpnp deq f32+matvec", alt_seconds=alt,
                               note=f"pool {copies} copies", read_gbps=ctx.last_read_gbps))
-    return results
+    return results + batched_w8(ctx)

@@ -4,6 +4,10 @@ Geometry: ceil(N / ROWS) work-groups; each owns ROWS rows and splits every row's
 sums meet in SLM (ROWS x K_SPLIT floats). A thread (an SG-lane sub-group on Xe2, a work-item on the CPU) handles RPT
 rows (1 when the spec sets none) of one slice:
     local size = ROWS / RPT x K_SPLIT x (SG on Xe2, 1 on cpu),  global size = ceil(N / ROWS) x local size
+
+Batched decode (x [M, K], 2 <= M <= 16): kernel <name>_m<MB> for the smallest MB in BATCHES with M <= MB reads the
+weights once for all M rows; a thread owns RPT = clamp(BATCH_ACCS / MB, 1, ROWS) rows with MB accumulators each, and
+the SLM holds MB x ROWS x K_SPLIT floats. M = 1 keeps the single-row kernel.
 """
 from __future__ import annotations
 
@@ -15,12 +19,32 @@ from ..errors import InputError, InputTypeError
 from .common import ceil_div, is_xe2
 
 
-def geometry(constants: dict, target: str, n: int) -> tuple[int, int, int]:
-    """(global size, local size, SLM floats) for N rows."""
+MAX_M = 16
+BATCHES = (2, 4, 8, 16)  # compile-time batch widths MB of the batched kernels (x rows m >= M are skipped)
+
+
+def batch_width(m: int) -> int:
+    """MB of the kernel that serves M = m x rows (1: the single-row kernel)."""
+    return 1 if m == 1 else next(mb for mb in BATCHES if m <= mb)
+
+
+def kernel_name(base: str, m: int) -> str:
+    return base if m == 1 else f"{base}_m{batch_width(m)}"
+
+
+def geometry(constants: dict, target: str, n: int, m: int = 1) -> tuple[int, int, int]:
+    """(global size, local size, SLM floats) for N rows and M x rows."""
     rows, k_split = constants["ROWS"], constants["K_SPLIT"]
     lanes = constants["SG"] if is_xe2(target) else 1
-    local = rows // constants.get("RPT", 1) * k_split * lanes
-    return ceil_div(n, rows) * local, local, rows * k_split
+    mb = batch_width(m)
+    rpt = constants.get("RPT", 1) if mb == 1 else min(max(constants["BATCH_ACCS"] // mb, 1), rows)
+    local = rows // rpt * k_split * lanes
+    return ceil_div(n, rows) * local, local, mb * rows * k_split
+
+
+def launch_args(m: int, head: list, n: int, k: int, slm_floats: int) -> list:
+    """Kernel arguments: the arrays, N, K, (M for the batched kernels), the SLM size."""
+    return [*head, n, k, slm_floats] if m == 1 else [*head, n, k, m, slm_floats]
 
 
 def check_quantized(op: str, qw, kind: type, made_by: str) -> None:
@@ -34,25 +58,28 @@ def check_quantized(op: str, qw, kind: type, made_by: str) -> None:
 
 
 def check_decode_inputs(op: str, x, n: int, k: int, weights: dict, out) -> tuple:
-    """Checks x (float16 [K] or [1, K]) against weights [N, K] and out; returns (queue, y shape)."""
+    """Checks x (float16 [K] or [M, K], M <= 16) against weights [N, K] and out; returns (queue, y shape, M)."""
     validate.device_array(op, "x", x, dtypes=[np.float16], ndims=[1, 2])
-    if x.ndim == 2 and x.shape[0] != 1:
-        raise InputError(f"{op}: x must be [K] or [1, K] (decode, M = 1), got shape {tuple(x.shape)}")
+    if x.ndim == 2 and x.shape[0] > MAX_M:
+        raise InputError(f"{op}: x must be [K] or [M, K] with M <= {MAX_M} (batched decode reads the weights once "
+                         f"for all M rows; use gemm_fp16 for larger M), got shape {tuple(x.shape)}")
     if x.shape[-1] != k:
         name = next(iter(weights))
         raise InputError(f"{op}: x has K = {x.shape[-1]} but {name} is [N, K] = {(n, k)}; K must match")
     queue = validate.same_queue(op, x=x, **weights, out=out)
     validate.require_fp16(op, queue)
-    y_shape = (1, n) if x.ndim == 2 else (n,)
+    m = x.shape[0] if x.ndim == 2 else 1
+    y_shape = (m, n) if x.ndim == 2 else (n,)
     if out is not None:
         validate.out_array(op, out, shape=y_shape, dtype=np.float16, queue=queue, inputs={"x": x, **weights})
     validate.fits_int32(op, N=n, K=k)
-    return queue, y_shape
+    return queue, y_shape, m
 
 
-def output(out, y_shape: tuple, queue, n: int, k: int):
-    """(y, done): y is out or a new array; done when N = 0 or K = 0 left nothing to launch (numpy's results)."""
+def output(out, y_shape: tuple, queue, n: int, k: int, m: int = 1):
+    """(y, done): y is out or a new array; done when M = 0, N = 0 or K = 0 left nothing to launch (numpy's
+    results: an empty y, or zeros for K = 0)."""
     y = out if out is not None else dpnp.empty(y_shape, dtype=np.float16, sycl_queue=queue)
-    if n and not k:
+    if m and n and not k:
         launch.host_step(lambda: y.fill(0))
-    return y, n == 0 or k == 0
+    return y, m == 0 or n == 0 or k == 0

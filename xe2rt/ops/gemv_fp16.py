@@ -1,4 +1,5 @@
-"""FP16 GEMV for decode (M = 1): y[N] = W[N, K] . x[K], fp16 in and out, fp32 accumulation.
+"""FP16 GEMV for decode: y[N] = W[N, K] . x[K] (or y[M, N] = x[M, K] . W^T for 1 <= M <= 16, the weights read once),
+fp16 in and out, fp32 accumulation.
 
 Geometry (seed 000, gemv_common.geometry): ceil(N / ROWS) work-groups of ROWS rows, K split into K_SPLIT slices
 reduced in SLM.
@@ -11,7 +12,7 @@ import numpy as np
 
 from .. import launch, validate
 from .common import program_for
-from .gemv_common import check_decode_inputs, geometry, output
+from .gemv_common import check_decode_inputs, geometry, kernel_name, launch_args, output
 
 OP = "gemv_fp16"
 
@@ -20,17 +21,18 @@ def run(x, w, *, out=None, target: str | None = None):
     """Validate, launch, and return (y, event); event is None when nothing needed launching."""
     validate.device_array(OP, "w", w, dtypes=[np.float16], ndims=[2])
     n, k = w.shape
-    queue, y_shape = check_decode_inputs(OP, x, n, k, {"w": w}, out)
+    queue, y_shape, m = check_decode_inputs(OP, x, n, k, {"w": w}, out)
     program = program_for(queue, OP, target)
-    y, done = output(out, y_shape, queue, n, k)
+    y, done = output(out, y_shape, queue, n, k, m)
     if done:
         return y, None
-    global_size, local_size, slm_floats = geometry(program.constants, program.target, n)
-    event = launch.launch(program.kernel(), [x, w, y, n, k, slm_floats], global_size, local_size, queue)
+    global_size, local_size, slm_floats = geometry(program.constants, program.target, n, m)
+    event = launch.launch(program.kernel(kernel_name(OP, m)), launch_args(m, [x, w, y], n, k, slm_floats),
+                          global_size, local_size, queue)
     return y, event
 
 
 def gemv_fp16(x, w, *, out=None, target: str | None = None):
-    """y = w @ x for float16 x [K] or [1, K] and w [N, K] (row-major), accumulated in fp32; y is float16 [N] or
-    [1, N] on x's queue. `target` forces a kernel target (bmg, lnl, cpu) for this call."""
+    """y = w @ x for float16 x [K] (y [N]) or x @ w.T for x [M, K] with M <= 16 (y [M, N]), w [N, K] row-major,
+    accumulated in fp32; y is float16 on x's queue. `target` forces a kernel target (bmg, lnl, cpu) for this call."""
     return run(x, w, out=out, target=target)[0]

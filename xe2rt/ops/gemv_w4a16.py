@@ -1,5 +1,6 @@
-"""W4A16 GEMV for decode (M = 1): y[N] = dequant(W)[N, K] . x[K], uint4 weights with per-group fp16 scales (and
-optional zero points), fp16 x and y, fp32 accumulation.
+"""W4A16 GEMV for decode (x [K], or [M, K] with M <= 16 sharing one read of the weights):
+y[N] = dequant(W)[N, K] . x[K], uint4 weights with per-group fp16 scales (and optional zero points), fp16 x and y,
+fp32 accumulation.
 
 Geometry (seed 000, gemv_common.geometry): ceil(N / ROWS) work-groups of ROWS rows, K split into K_SPLIT slices
 reduced in SLM.
@@ -16,15 +17,16 @@ from .. import launch
 from ..errors import InputError
 from ..quant import QuantizedW4
 from .common import program_for
-from .gemv_common import check_decode_inputs, check_quantized, geometry, output
+from .gemv_common import check_decode_inputs, check_quantized, geometry, launch_args, output
+from .gemv_common import kernel_name as batched_name
 
 OP = "gemv_w4a16"
 FAMILIES = ("gemv_w4a16", "gemv_w4a16_alt")
 DEQUANT = {"magic": 1, "plain": 0}
 
 
-def kernel_name(group_size: int, symmetric: bool) -> str:
-    return f"{OP}_g{group_size}_{'sym' if symmetric else 'zp'}"
+def kernel_name(group_size: int, symmetric: bool, m: int = 1) -> str:
+    return batched_name(f"{OP}_g{group_size}_{'sym' if symmetric else 'zp'}", m)
 
 
 def program_variant(queue, target: str | None, dequant: str | None):
@@ -41,22 +43,23 @@ def run(x, qw, *, out=None, target: str | None = None, dequant: str | None = Non
     """Validate, launch, and return (y, event); event is None when nothing needed launching."""
     check_quantized(OP, qw, QuantizedW4, "xe2rt.quantize_w4 / from_gptq / from_awq")
     n, k = qw.shape
-    queue, y_shape = check_decode_inputs(OP, x, n, k, {"packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros},
+    queue, y_shape, m = check_decode_inputs(OP, x, n, k, {"packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros},
                                          out)
     program = program_variant(queue, target, dequant)
-    y, done = output(out, y_shape, queue, n, k)
+    y, done = output(out, y_shape, queue, n, k, m)
     if done:
         return y, None
-    global_size, local_size, slm_floats = geometry(program.constants, program.target, n)
+    global_size, local_size, slm_floats = geometry(program.constants, program.target, n, m)
     zeros = qw.packed if qw.zeros is None else qw.zeros  # the symmetric kernels never read it
-    kernel = program.kernel(kernel_name(qw.group_size, qw.symmetric))
-    event = launch.launch(kernel, [x, qw.packed, qw.scales, zeros, y, n, k, slm_floats], global_size, local_size,
-                          queue)
+    kernel = program.kernel(kernel_name(qw.group_size, qw.symmetric, m))
+    event = launch.launch(kernel, launch_args(m, [x, qw.packed, qw.scales, zeros, y], n, k, slm_floats), global_size,
+                          local_size, queue)
     return y, event
 
 
 def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequant: str | None = None):
-    """y = dequant(qw) @ x for float16 x [K] or [1, K] and a QuantizedW4 [N, K] with device parts on x's queue;
-    fp32 accumulation, y float16 [N] or [1, N]. `dequant` ("magic" / "plain") overrides the target's default
-    variant; `target` forces a kernel target (bmg, lnl, cpu) for this call."""
+    """y = dequant(qw) @ x for float16 x [K] (y [N]) or x [M, K] with M <= 16 (y [M, N] = x @ dequant(qw).T), qw a
+    QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain")
+    overrides the target's default variant (M = 1 only: the batched kernels dequantize exactly first either way);
+    `target` forces a kernel target (bmg, lnl, cpu) for this call."""
     return run(x, qw, out=out, target=target, dequant=dequant)[0]
