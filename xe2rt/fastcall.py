@@ -31,12 +31,17 @@ import dpnp
 import dpnp.tensor as dpt
 
 from . import artifacts, launch
+from .launch import _recording
 
 _SCALAR_TYPES = frozenset((int, float, str, bool, type(None)))
 ALIGNMENT = 64  # base-address residue kept in the key: the strictest alignment any kernel choice depends on
 MAX_ENTRIES = 1024
 _UNCACHEABLE = object()
 _environ_bytes = getattr(os.environ, "_data", None)
+if _environ_bytes is not None:  # CPython keeps os.environ's contents in a bytes-keyed dict: a tenth of the cost
+    _environ_get, _TARGET_KEY, _KERNEL_DIR_KEY = _environ_bytes.get, b"XE2RT_TARGET", b"XE2RT_KERNEL_DIR"
+else:
+    _environ_get, _TARGET_KEY, _KERNEL_DIR_KEY = os.environ.get, "XE2RT_TARGET", "XE2RT_KERNEL_DIR"
 
 
 def _env(name: str):
@@ -92,10 +97,6 @@ def _flatten(value, facts: list, arrays: list) -> bool:
         if not _flatten(getattr(value, name), facts, arrays):
             return False
     return True
-
-
-def _memory(u):
-    return u.usm_data if u._element_offset == 0 else dpctl.memory.as_usm_memory(u)
 
 
 def _byte_range(u) -> tuple[int, int]:
@@ -217,9 +218,9 @@ def _overlapping(entry: _Entry, arrays: list) -> bool:
 
 
 def _replay(entry: _Entry, arrays: list):
-    new = [_new_array(*spec) for spec in entry.fresh]
+    new = [_new_array(*spec) for spec in entry.fresh] if entry.fresh else []
     memories = [None] * len(arrays)
-    keep = (tuple(obj for obj, _ in arrays), tuple(new))
+    keep = (arrays, new)  # held until the kernels complete (launch._record)
     for queue, sycl_kernel, global_size, local_size, in_order, slots in entry.launches:
         packed = []
         for kind, what in slots:
@@ -228,14 +229,18 @@ def _replay(entry: _Entry, arrays: list):
             elif kind == "in":
                 memory = memories[what]
                 if memory is None:
-                    memory = memories[what] = _memory(arrays[what][1])
+                    u = arrays[what][1]
+                    memory = memories[what] = u.usm_data if u._element_offset == 0 else \
+                        dpctl.memory.as_usm_memory(u)
                 packed.append(memory)
             else:
                 packed.append(new[what].get_array().usm_data)
         launch.ordered_submit(queue, sycl_kernel, packed, global_size, local_size, keep, in_order)
     is_tuple, slots = entry.result
-    results = [arrays[what][0] if kind == "in" else new[what] for kind, what in slots]
-    return tuple(results) if is_tuple else results[0]
+    if not is_tuple:
+        kind, what = slots[0]
+        return arrays[what][0] if kind == "in" else new[what]
+    return tuple(arrays[what][0] if kind == "in" else new[what] for kind, what in slots)
 
 
 _entries: dict = {}
@@ -248,22 +253,33 @@ def cached(op, uncached_if: tuple = ()):
 
     @functools.wraps(op)
     def call(*args, **kwargs):
-        if launch.is_recording():  # inside xe2rt.bind or a composite op: the outer recording takes the launches
+        if _recording.steps is not None:  # inside xe2rt.bind or a composite op: the outer recording takes the launches
             return op(*args, **kwargs)
         for name in uncached_if:
             if kwargs.get(name):
                 return op(*args, **kwargs)
-        facts, arrays = [op, _env("XE2RT_TARGET"), _env("XE2RT_KERNEL_DIR"), artifacts.generation], []
-        ok = _flatten(args, facts, arrays)
-        for name in sorted(kwargs):  # `out` last, so its arrays are the last ones
-            if name != "out":
-                facts.append(name)
-                ok = ok and _flatten(kwargs[name], facts, arrays)
-        n_before_out = len(arrays)
-        if "out" in kwargs:
-            facts.append("out")
-            ok = ok and _flatten(kwargs["out"], facts, arrays)
-        n_out_args = len(arrays) - n_before_out
+        facts = [op, _environ_get(_TARGET_KEY), _environ_get(_KERNEL_DIR_KEY), artifacts.generation]
+        arrays = []
+        ok = True
+        for value in args:  # the common case, a dpnp array, inline
+            if type(value) is _DPNP_ARRAY:
+                u = value.get_array()
+                facts.append((u.dtype, u.shape, u.flags.c_contiguous, id(u.sycl_queue), u._pointer % ALIGNMENT))
+                arrays.append((value, u))
+            elif not _flatten(value, facts, arrays):
+                ok = False
+                break
+        n_out_args = 0
+        if kwargs and ok:
+            for name in sorted(kwargs) if len(kwargs) > 1 else kwargs:  # `out` last: its arrays are the last ones
+                if name != "out":
+                    facts.append(name)
+                    ok = ok and _flatten(kwargs[name], facts, arrays)
+            if "out" in kwargs:
+                n_before_out = len(arrays)
+                facts.append("out")
+                ok = ok and _flatten(kwargs["out"], facts, arrays)
+                n_out_args = len(arrays) - n_before_out
         if not ok:
             return op(*args, **kwargs)
         try:

@@ -174,18 +174,32 @@ def check_geometry(kernel: Kernel, queue: dpctl.SyclQueue, global_size: tuple, l
 # ---- submission: ordering and argument lifetime ----
 
 _lock = threading.Lock()
-_in_flight: collections.deque = collections.deque()  # (event, references held until it completes)
+# (event, references): every launch whose references are listed has completed once `event` has. A queue's launches
+# form one chain (each depends on everything the order manager held, which includes the queue's previous xe2rt
+# launch), so one event per RETIRE_EVERY launches of a queue covers them all; the launches since a queue's last
+# record wait in _pending (keyed by the queue's id; their arrays keep the queue alive).
+_in_flight: collections.deque = collections.deque()
+_pending: dict = {}
+
+RETIRE_EVERY = 16  # launches per record, and between looks at the oldest records (a status query costs about as much
+#                    as a launch)
 
 
-RETIRE_EVERY = 16  # launches between looks at the oldest events (a status query costs about as much as a launch)
-_since_retire = 0
+def _record(queue, event, keep) -> None:
+    """Hold `keep` until `event` (or a later event of the queue) completes. Called with _lock held."""
+    pending = _pending.get(id(queue))
+    if pending is None:
+        pending = _pending[id(queue)] = [event, []]
+    pending[0] = event  # the queue's latest launch, which completes after all of the pending ones
+    pending[1].append(keep)
+    if len(pending[1]) >= RETIRE_EVERY:
+        _in_flight.append((event, pending[1]))
+        pending[1] = []
+        _retire_completed()
 
 
 def _retire_completed() -> None:
-    """Drop references of finished launches, oldest first (events of one queue finish roughly in order); called every
-    RETIRE_EVERY launches with _lock held."""
-    global _since_retire
-    _since_retire = 0
+    """Drop references of finished launches, oldest records first. Called with _lock held."""
     while _in_flight and _in_flight[0][0].execution_status == _COMPLETE:
         _in_flight.popleft()
     while len(_in_flight) > MAX_IN_FLIGHT:
@@ -218,7 +232,6 @@ def ordered_submit(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_siz
     ancestors: the manager is left holding this launch's event alone (and every host-task event it had, which only
     `wait` uses), and the next operation, ours or dpnp's, depends on one event that implies the rest. On an
     in-order queue the queue itself orders, so the launch takes no dependencies."""
-    global _since_retire
     with _lock:
         manager = _SequentialOrderManager[queue]
         state = manager._state if _OrderState is not None else None
@@ -227,24 +240,29 @@ def ordered_submit(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_siz
                                        [] if in_order else manager.submitted_events)
             manager.add_event_pair(event, event)
         else:
-            deps = state.get_submitted_events()
+            deps = state.get_submitted_events()  # completed events pruned
             event = queue.submit_async(sycl_kernel, packed, global_size, local_size, [] if in_order else deps)
-            fresh = _OrderState(MANAGER_PRUNE_THRESHOLD)
-            fresh.add_vector_to_both_events(state.get_host_task_events(), [event])
-            manager._state = fresh
-        _in_flight.append((event, keep))
-        _since_retire += 1
-        if _since_retire >= RETIRE_EVERY:
-            _retire_completed()
+            if not deps:  # the manager's list is empty: this event alone is what it will hold
+                state.add_to_submitted_events(event)
+            else:
+                fresh = _OrderState(MANAGER_PRUNE_THRESHOLD)
+                host_tasks = state.get_host_task_events()
+                if host_tasks:
+                    fresh.add_vector_to_both_events(host_tasks, [event])
+                else:
+                    fresh.add_to_submitted_events(event)
+                manager._state = fresh
+        _record(queue, event, keep)
     return event
 
 
 def wait_all() -> None:
-    """Wait for every launch still holding its arguments."""
+    """Wait for every launch still holding its arguments, then let the arguments go."""
     with _lock:
-        pending = [event for event, _ in _in_flight]
+        events = [event for event, _ in _in_flight] + [pending[0] for pending in _pending.values()]
         _in_flight.clear()
-    dpctl.SyclEvent.wait_for(pending)
+        _pending.clear()
+    dpctl.SyclEvent.wait_for(events)
 
 
 atexit.register(wait_all)
@@ -262,6 +280,11 @@ class Submission:
     def submit(self) -> dpctl.SyclEvent:
         return ordered_submit(self.queue, self.sycl_kernel, self.packed, self.global_size, self.local_size, self.keep,
                               self.in_order)
+
+    def arguments(self) -> tuple:
+        """ordered_submit's arguments, for callers that submit the same launch many times (plans)."""
+        return (self.queue, self.sycl_kernel, self.packed, self.global_size, self.local_size, self.keep,
+                self.in_order)
 
 
 class _Recording(threading.local):

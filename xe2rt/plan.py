@@ -22,12 +22,13 @@ class Plan:
         self.result = result
         self._steps = tuple(steps)
         self._held = (args, kwargs)  # the plan owns its arrays; submissions hold them again while in flight
-        self._single = steps[0] if len(steps) == 1 and isinstance(steps[0], launch.Submission) else None
+        single = steps[0] if len(steps) == 1 and isinstance(steps[0], launch.Submission) else None
+        self._single = single.arguments() if single is not None else None
 
     def launch(self) -> dpctl.SyclEvent | None:
         """Queue the op's work again; returns the last kernel's event (None if the op had nothing to launch)."""
         if self._single is not None:
-            return self._single.submit()
+            return launch.ordered_submit(*self._single)
         event = None
         for step in self._steps:
             if isinstance(step, launch.Submission):
@@ -39,7 +40,7 @@ class Plan:
     def __call__(self):
         """Queue the op's work again and return its outputs (the same arrays every call) without waiting."""
         if self._single is not None:
-            self._single.submit()
+            launch.ordered_submit(*self._single)
         else:
             self.launch()
         return self.result
