@@ -30,6 +30,7 @@ GROUP = 128
 SHAPES = {"qwen3_30b_a3b": (128, 8, 2048, 768), "mixtral_8x7b": (8, 2, 4096, 14336)}
 QUICK_SHAPES = {"small": (16, 4, 256, 256)}
 TOKENS = (1, 4, 16)
+SHARED_TOKENS = 16  # plus one row where these tokens all choose the same k experts
 ALT_ITERS = 5
 
 
@@ -68,6 +69,17 @@ def routings(rng, count: int, t: int, k: int, e: int):
     typical = distinct.most_common(1)[0][0]
     kept = [d for d in draws if len(np.unique(d)) == typical][:count]
     return kept, typical
+
+
+def shared_routings(rng, count: int, t: int, k: int, e: int):
+    """`count` routings in which all T tokens choose the same k experts (in their own order): what a batch of
+    related tokens (speculative-decoding drafts, one prompt's continuations) can look like. The k experts change
+    from routing to routing, so consecutive calls still read different weights."""
+    kept = []
+    for _ in range(count):
+        chosen = rng.choice(e, size=k, replace=False)
+        kept.append(np.stack([rng.permutation(chosen) for _ in range(t)]).astype(np.int32))
+    return kept, k
 
 
 def moe_bytes(experts: QuantizedW4Experts, distinct: int, t: int, k: int) -> int:
@@ -117,9 +129,9 @@ def cases(ctx: BenchContext) -> list[Result]:
     for name, (e, k, h, i) in (QUICK_SHAPES if ctx.quick else SHAPES).items():
         ctx.say(f"  moe_ffn_w4a16 {name}: preparing {e} experts")
         experts = random_experts(ctx, rng, e, h, i)
-        for t in (1,) if ctx.quick else TOKENS:
+        for t, shared in [(1, False)] if ctx.quick else [(t, False) for t in TOKENS] + [(SHARED_TOKENS, True)]:
             n = ctx.iters + 2
-            ids_host, distinct = routings(rng, n, t, k, e)
+            ids_host, distinct = (shared_routings if shared else routings)(rng, n, t, k, e)
             n = len(ids_host)
             ids = [dpnp.asarray(d, sycl_queue=ctx.queue) for d in ids_host]
             weights = []
@@ -142,10 +154,12 @@ def cases(ctx: BenchContext) -> list[Result]:
             alt = _wall(ctx, lambda j: dpnp_composition(x32, experts, ids[j % n], weights[j % n]),
                         min(ALT_ITERS, ctx.iters))
             nbytes = moe_bytes(experts, distinct, t, k)
-            results.append(Result("moe_ffn_w4a16", f"{name} E{e} k{k} H{h} I{i} T{t} g{GROUP}", ctx.target, seconds,
+            how = "all tokens on the same experts" if shared else "random routings"
+            results.append(Result("moe_ffn_w4a16", f"{name} E{e} k{k} H{h} I{i} T{t}{' shared' if shared else ''} "
+                                  f"g{GROUP}", ctx.target, seconds,
                                   wall, bytes=nbytes, flops=2 * t * k * 3 * h * i,
                                   alternative="dpnp deq f32+matmul per expert", alt_seconds=alt,
                                   note=f"{distinct} distinct experts per call ({nbytes / 1e6:.1f} MB); "
-                                       f"{n} rotating routings", read_gbps=read_gbps))
+                                       f"{n} rotating {how}", read_gbps=read_gbps))
         del experts
     return results
