@@ -277,19 +277,7 @@ INLINE void w4_xe2_batch(BATCH_PARAMS, const int G, const int ZP, const int MB)
                                                w1 * (float)x[(size_t)m * K + 2 * j + 1]);
             }
     }
-    for (int r = 0; r < BR; ++r)
-        for (int m = 0; m < MB; ++m) {
-            const float total = sub_group_reduce_add(acc[r * MB + m]);
-            if (lane == 0)
-                partial[(m * ROWS + item_row + r) * K_SPLIT + slice] = total;
-        }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (slice == 0 && lane == 0)
-        for (int r = 0; r < BR; ++r)
-            for (int m = 0; m < MB; ++m)
-                if (m < M && row0 + r < N)
-                    y[(size_t)m * N + row0 + r] =
-                        convert_half(xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT));
+    xe2rt_batch_reduce_store(acc, BR, MB, partial, ROWS, item_row, K_SPLIT, slice, lane, row0, M, N, y, 0);
 }
 
 #define W4_BATCH_KERNEL(NAME, G, ZP, MB) \

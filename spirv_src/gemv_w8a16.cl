@@ -150,20 +150,7 @@ INLINE void gemv_w8a16_batch(BATCH_PARAMS, const int MB)
                     for (int r = 0; r < BR; ++r)
                         acc[r * MB + m] = fma((float)w_rows[r][k], xk, acc[r * MB + m]);
                 }
-    for (int r = 0; r < BR; ++r)
-        for (int m = 0; m < MB; ++m) {
-            const float total = sub_group_reduce_add(acc[r * MB + m]);
-            if (lane == 0)
-                partial[(m * ROWS + item_row + r) * K_SPLIT + slice] = total;
-        }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (slice == 0 && lane == 0)
-        for (int r = 0; r < BR; ++r)
-            for (int m = 0; m < MB; ++m)
-                if (m < M && row0 + r < N) {
-                    const float total = xe2rt_sum_slices(partial, m * ROWS + item_row + r, K_SPLIT);
-                    y[(size_t)m * N + row0 + r] = convert_half(total * (float)scales[row0 + r]);
-                }
+    xe2rt_batch_reduce_store(acc, BR, MB, partial, ROWS, item_row, K_SPLIT, slice, lane, row0, M, N, y, scales);
 }
 
 #define BATCH_KERNEL(MB) \

@@ -77,6 +77,32 @@ static inline float xe2rt_sum_slices(__local const float* partial, int row, int 
     return total;
 }
 
+#if XE2RT_XE2
+/* The end of the Xe2 batched GEMVs: each of the BR x MB accumulators (row r of the sub-group's rows, x row m) summed
+ * across the sub-group into partial[(m * rows + item_row + r) * k_split + slice]; after the barrier the slice-0
+ * sub-group adds the K slices and stores y[m][row0 + r] for m < M and row0 + r < N, times scales[row0 + r] when
+ * scales is given (W8A16's per-row scale). Always inlined with constant BR and MB, so acc stays in registers. */
+static inline __attribute__((always_inline)) void xe2rt_batch_reduce_store(
+    const float* acc, const int BR, const int MB, __local float* partial, int rows, int item_row, int k_split,
+    int slice, int lane, int row0, int M, int N, __global half* y, __global const half* scales)
+{
+    for (int r = 0; r < BR; ++r)
+        for (int m = 0; m < MB; ++m) {
+            const float total = sub_group_reduce_add(acc[r * MB + m]);
+            if (lane == 0)
+                partial[(m * rows + item_row + r) * k_split + slice] = total;
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (slice == 0 && lane == 0)
+        for (int r = 0; r < BR; ++r)
+            for (int m = 0; m < MB; ++m)
+                if (m < M && row0 + r < N) {
+                    const float total = xe2rt_sum_slices(partial, m * rows + item_row + r, k_split);
+                    y[(size_t)m * N + row0 + r] = convert_half(scales ? total * (float)scales[row0 + r] : total);
+                }
+}
+#endif
+
 /* True when p is aligned for sub-group block reads (IGC's OWord block messages want 16 bytes). */
 #define XE2RT_BLOCK_ALIGNED(p) ((((ulong)(p)) & 15UL) == 0)
 
