@@ -30,7 +30,7 @@ import dpctl.memory
 import dpnp
 import dpnp.tensor as dpt
 
-from . import artifacts, launch
+from . import artifacts, launch, validate
 from .launch import _recording
 
 _SCALAR_TYPES = frozenset((int, float, str, bool, type(None)))
@@ -45,21 +45,8 @@ else:
 
 
 def _env(name: str):
-    """An XE2RT_* variable as it is now (os.environ's own bytes dict when CPython has one: a tenth of the cost)."""
-    if _environ_bytes is not None:
-        return _environ_bytes.get(_ENV_KEYS.get(name) or name.encode())
-    return os.environ.get(name)
-
-
-_ENV_KEYS = {name: name.encode() for name in ("XE2RT_TARGET", "XE2RT_KERNEL_DIR")}
-
-
-def _usm(a):
-    if isinstance(a, dpnp.ndarray):
-        return a.get_array()
-    if isinstance(a, dpt.usm_ndarray):
-        return a
-    return None
+    """An XE2RT_* variable as it is now."""
+    return _environ_get(name.encode() if _environ_bytes is not None else name)
 
 
 _DPNP_ARRAY = dpnp.ndarray
@@ -99,10 +86,6 @@ def _flatten(value, facts: list, arrays: list) -> bool:
     return True
 
 
-def _byte_range(u) -> tuple[int, int]:
-    return u._pointer, u._pointer + u.size * u.itemsize
-
-
 class _Entry:
     """How to replay one call signature: per launch the kernel, ranges and, per argument, either a constant (scalars,
     local memory) or the index of the call's array or of a fresh output."""
@@ -120,7 +103,7 @@ def _analyse(steps: list, arrays: list, result, n_out_args: int):
     results = list(result) if isinstance(result, tuple) else [result]
     fresh, result_slots = [], []
     for r in results:
-        u = _usm(r)
+        u = validate.usm_view(r)
         if u is None:
             return None
         if id(r) in by_id:
@@ -204,14 +187,15 @@ def _new_array(shape, dtype, queue):
 
 
 def _overlapping(entry: _Entry, arrays: list) -> bool:
+    """Whether an `out=` array of this call overlaps one of its inputs (the op's own rule, validate.out_array)."""
     for i in entry.out_arrays:
         out_u = arrays[i][1]
         if not out_u.size:
             continue
-        o0, o1 = _byte_range(out_u)
+        o0, o1 = validate.usm_byte_range(out_u)
         for j, (_, u) in enumerate(arrays):
             if j not in entry.out_arrays and u.size:
-                a0, a1 = _byte_range(u)
+                a0, a1 = validate.usm_byte_range(u)
                 if o0 < a1 and a0 < o1:
                     return True
     return False
@@ -229,9 +213,7 @@ def _replay(entry: _Entry, arrays: list):
             elif kind == "in":
                 memory = memories[what]
                 if memory is None:
-                    u = arrays[what][1]
-                    memory = memories[what] = u.usm_data if u._element_offset == 0 else \
-                        dpctl.memory.as_usm_memory(u)
+                    memory = memories[what] = launch.usm_memory(arrays[what][1])
                 packed.append(memory)
             else:
                 packed.append(new[what].get_array().usm_data)
@@ -295,8 +277,7 @@ def cached(op, uncached_if: tuple = ()):
             return _replay(entry, arrays)
         with launch.recording() as steps:
             result = op(*args, **kwargs)
-        for step in steps:  # the first call runs exactly what was recorded
-            step.submit() if isinstance(step, launch.Submission) else step()
+        launch.run_steps(steps)  # the first call runs exactly what was recorded
         entry = _analyse(steps, arrays, result, n_out_args)
         with _entries_lock:
             if len(_entries) >= MAX_ENTRIES:

@@ -40,9 +40,9 @@ _CL_CTYPES = {"float": ctypes.c_float, "double": ctypes.c_double, "char": ctypes
 _LOCAL_ACCESSOR_CODES = {"float": "f4", "double": "f8", "char": "i1", "uchar": "u1", "short": "i2", "ushort": "u2",
                          "int": "i4", "uint": "u4", "long": "i8", "ulong": "u8"}
 _COMPLETE = dpctl.event_status_type.complete
-# Launches whose arguments are held at once; past this the oldest is waited for (a bound on memory, far above the
-# depth any pipeline needs to keep a device busy).
-MAX_IN_FLIGHT = 4096
+# Records (of RETIRE_EVERY launches each, see _record) held at once, i.e. 4096 launches; past this the oldest is
+# waited for (a bound on memory, far above the depth any pipeline needs to keep a device busy).
+MAX_IN_FLIGHT = 256
 
 
 def _as_tuple(size) -> tuple[int, ...]:
@@ -88,9 +88,13 @@ def _usm_memory(value, where: str, cl_type: str, expected: np.dtype, queue: dpct
         raise InputError(f"{where}: must be C-contiguous, got strides {tuple(array.strides)}")
     if array.sycl_queue is not queue and array.sycl_queue != queue:
         raise InputError(f"{where}: lives on another queue than the launch queue")
-    # The allocation itself when the array starts at it (no per-call object); a view needs a memory object at its
-    # own first element.
-    return array.usm_data if array._element_offset == 0 else dpctl.memory.as_usm_memory(array)
+    return usm_memory(array)
+
+
+def usm_memory(u):
+    """What a kernel argument of usm_ndarray `u` is passed as: the allocation's own memory object when `u` starts at
+    it (no per-call object), a memory object at its first element for a view that starts inside it."""
+    return u.usm_data if u._element_offset == 0 else dpctl.memory.as_usm_memory(u)
 
 
 def marshal(kernel: Kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
@@ -142,7 +146,7 @@ _geometry_ok: set = set()
 
 def check_geometry(kernel: Kernel, queue: dpctl.SyclQueue, global_size: tuple, local_size: tuple,
                    slm_bytes: int) -> None:
-    key = (id(kernel), queue, global_size, local_size, slm_bytes)
+    key = (kernel.sycl_kernel, queue, global_size, local_size, slm_bytes)
     if key in _geometry_ok:  # the same kernel, device and sizes passed before: the verdict cannot differ
         return
     device, max_wg, local_mem, sub_group_sizes, _ = _limits(queue)
@@ -278,8 +282,7 @@ class Submission:
         self.in_order = _limits(queue)[4]
 
     def submit(self) -> dpctl.SyclEvent:
-        return ordered_submit(self.queue, self.sycl_kernel, self.packed, self.global_size, self.local_size, self.keep,
-                              self.in_order)
+        return ordered_submit(*self.arguments())
 
     def arguments(self) -> tuple:
         """ordered_submit's arguments, for callers that submit the same launch many times (plans)."""
@@ -324,6 +327,17 @@ def launch(kernel: Kernel, args: Sequence, global_size, local_size, queue: dpctl
         _recording.steps.append(submission)
         return None
     return submission.submit()
+
+
+def run_steps(steps) -> dpctl.SyclEvent | None:
+    """Queue recorded steps (Submissions and host steps) in order; the last kernel's event, or None."""
+    event = None
+    for step in steps:
+        if isinstance(step, Submission):
+            event = step.submit()
+        else:
+            step()
+    return event
 
 
 def host_step(step: Callable[[], object]) -> None:

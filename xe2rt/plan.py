@@ -29,13 +29,7 @@ class Plan:
         """Queue the op's work again; returns the last kernel's event (None if the op had nothing to launch)."""
         if self._single is not None:
             return launch.ordered_submit(*self._single)
-        event = None
-        for step in self._steps:
-            if isinstance(step, launch.Submission):
-                event = step.submit()
-            else:
-                step()
-        return event
+        return launch.run_steps(self._steps)
 
     def __call__(self):
         """Queue the op's work again and return its outputs (the same arrays every call) without waiting."""

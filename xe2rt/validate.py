@@ -83,10 +83,14 @@ def out_array(op: str, out, *, shape: tuple, dtype, queue: dpctl.SyclQueue, inpu
             raise InputError(f"{op}: out overlaps input {name}; the kernel reads {name} while writing out")
 
 
-def _byte_range(a) -> tuple[int, int]:
-    u = usm_view(a)  # _pointer is the first element's address (a view starts `offset` elements in)
+def usm_byte_range(u) -> tuple[int, int]:
+    """[first, end) byte addresses of usm_ndarray `u` (_pointer is its first element: a view starts inside)."""
     start = u._pointer
     return start, start + u.size * u.itemsize
+
+
+def _byte_range(a) -> tuple[int, int]:
+    return usm_byte_range(usm_view(a))
 
 
 def overlaps(a, b) -> bool:
