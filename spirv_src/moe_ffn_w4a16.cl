@@ -279,6 +279,9 @@ INLINE void expert_xe2(EXPERT_PARAMS, const int G, const int ZP, const int GATE_
 #define DOWN_RPT (2 * RPT)
 #endif
 #define MAX_NR (2 * RPT > DOWN_RPT ? 2 * RPT : DOWN_RPT)
+#if RPT % 8
+#error "the cpu gate_up epilogue takes the thread's RPT gate rows 8 at a time"
+#endif
 #define PAIR_SHIFT(w, t) (4 * (t) <= 15 ? (w) << (15 - 4 * (t)) : (w) >> (4 * (t) - 15))
 #define AS_CODE(v, mask) as_float16(((v) & (mask)) | 0x3F800000u)
 
@@ -418,75 +421,146 @@ INLINE void rows_x_pairs(__global const half* x, __global const float* act, __gl
     }
     for (int r = 0; r < NR; ++r)
         for (int b = 0; b < NB; ++b)
-            result[r * PB + b] = hsum16(acc[r][b]);
+            result[b * MAX_NR + r] = hsum16(acc[r][b]);
 }
 
-INLINE void expert_cpu(EXPERT_PARAMS, const int G, const int ZP, const int GATE_UP)
+/* One group of pairs: the pairs that chose one expert. With the route kernel's meta (fused = 0), group s is the s-th
+ * chosen expert in increasing order and its pairs stay in meta (*from). Without a route launch (fused = 1, T k <=
+ * FUSED_PAIRS), group p is pair p when p is the first valid pair naming its expert, and its pairs (every pair naming
+ * that expert, in increasing p) are gathered into grp. Returns the expert, or -1 for an empty group. */
+INLINE int group_pairs(__global const int* meta, __global const int* ids, int group, int TK, int E, int n_slots,
+                       int fused, int* grp, __global const int** from, int* count)
+{
+    if (!fused) {
+        if (group >= meta[META_ACTIVE])
+            return -1;
+        __global const int* active = meta + META_HEAD;
+        __global const int* seg = active + n_slots;
+        *from = seg + n_slots + 1 + seg[group];
+        *count = seg[group + 1] - seg[group];
+        return active[group];
+    }
+    const int e = ids[group];
+    if (e < 0 || e >= E)
+        return -1;
+    for (int q = 0; q < group; ++q)
+        if (ids[q] == e)
+            return -1; /* an earlier pair leads this expert's group */
+    int n = 0;
+    for (int q = group; q < TK; ++q)
+        if (ids[q] == e)
+            grp[n++] = q;
+    *count = n;
+    return e;
+}
+
+#define GROUP_PAIR(i) (fused ? grp[i] : from[i])
+
+/* Counts of a fused launch (no route kernel) for meta's head: chosen experts and ids outside [0, E). */
+INLINE void fused_head(__global int* meta, __global const int* ids, int TK, int E)
+{
+    int invalid = 0, leaders = 0;
+    for (int p = 0; p < TK; ++p) {
+        const int e = ids[p];
+        if (e < 0 || e >= E) {
+            invalid += 1;
+            continue;
+        }
+        int first = 1;
+        for (int q = 0; q < p; ++q)
+            first &= ids[q] != e;
+        leaders += first;
+    }
+    meta[META_ACTIVE] = leaders;
+    meta[META_INVALID] = invalid;
+}
+
+/* A work-item per (RPT rows of I (gate_up: 2 RPT weight rows), or DOWN_RPT rows of H, group). gate_up writes
+ * h[p, :] = silu(gate) * up (phase order), down ypair[p, :]; down's work-item 0 also writes meta's head when there
+ * was no route launch. */
+INLINE void expert_cpu(__global const half* x, __global const float* act, __global const uchar* packed,
+                       __global const half* scales, __global const uchar* zeros, __global int* meta,
+                       __global const int* ids, __global float* out, int k_top, int H, int I, int n_slots, int TK,
+                       int E, int fused, const int G, const int ZP, const int GATE_UP)
 {
     const int rpt = GATE_UP ? RPT : DOWN_RPT; /* output rows per work-item */
     const int NR = GATE_UP ? 2 * RPT : DOWN_RPT;
     const int n_rows = GATE_UP ? I : H;
     const int K = GATE_UP ? H : I;
-    const int act_len = GATE_UP ? H : I;
+    if (!GATE_UP && fused && get_global_id(0) == 0)
+        fused_head(meta, ids, TK, E);
     const int wg_items = get_local_size(0);
     const int blocks = (n_rows + wg_items * rpt - 1) / (wg_items * rpt);
-    const int slot = get_group_id(0) / blocks;
-    if (slot >= meta[META_ACTIVE])
+    int grp[FUSED_PAIRS], count = 0;
+    __global const int* from = meta;
+    const int expert = group_pairs(meta, ids, get_group_id(0) / blocks, TK, E, n_slots, fused, grp, &from, &count);
+    if (expert < 0)
         return;
-    __global const int* active = meta + META_HEAD;
-    __global const int* seg = active + n_slots;
-    __global const int* pairs = seg + n_slots + 1;
-    const int expert = active[slot];
-    /* Rows dealt out strided within the slot (thread j: rows j, j + W, j + 2W, ..., W threads per slot), so threads
+    /* Rows dealt out strided within the group (thread j: rows j, j + W, j + 2W, ..., W threads per group), so threads
      * that run one after the other on a core continue each other's row streams (what gemv_w4a16's cpu path found
-     * pays for short rows; a down row here is I / 2 bytes, 384 for Qwen3-30B-A3B). */
+     * pays for short rows; a down row here is I / 2 bytes, 384 for Qwen3-30B-A3B). A work-item that owned rows of
+     * every group instead (down with the combine folded in) ran 1.6x slower at Qwen3-30B-A3B T = 1: its streams
+     * broke at every expert. */
     const int n_items = (n_rows + rpt - 1) / rpt;
     const int item = (get_group_id(0) % blocks) * wg_items + get_local_id(0);
     if (item >= n_items)
         return;
     const int groups_per_row = K / G;
     const size_t expert_row0 = (size_t)expert * (GATE_UP ? 2 * I : H);
-
     __global const uchar* prow[MAX_NR]; /* NR used */
     __global const half* srow[MAX_NR];
     __global const uchar* zrow[MAX_NR];
     for (int r = 0; r < NR; ++r) {
-        const int rr = min(item + (r % rpt) * n_items, n_rows - 1);
-        const size_t row = expert_row0 + (GATE_UP && r >= RPT ? I : 0) + rr;
+        const size_t row = expert_row0 + (GATE_UP && r >= RPT ? I : 0) + min(item + (r % rpt) * n_items, n_rows - 1);
         prow[r] = packed + row * (K / 2);
         srow[r] = scales + row * groups_per_row;
         zrow[r] = zeros + row * groups_per_row;
     }
-    const int p_begin = seg[slot], p_end = seg[slot + 1];
     float result[MAX_NR * PB];
     int pair[PB];
-    for (int pc = p_begin; pc < p_end;) {
+    for (int i = 0; i < count;) {
         /* PB pairs per pass while that many are left, then one at a time (a pass re-reads the rows from cache) */
-        const int nb = p_end - pc >= PB ? PB : 1;
+        const int nb = count - i >= PB ? PB : 1;
         for (int b = 0; b < nb; ++b)
-            pair[b] = pairs[pc + b];
+            pair[b] = GROUP_PAIR(i + b);
         if (nb == PB)
-            rows_x_pairs(x, act, prow, srow, zrow, pair, k_top, K, act_len, result, G, ZP, GATE_UP, PB);
+            rows_x_pairs(x, act, prow, srow, zrow, pair, k_top, K, K, result, G, ZP, GATE_UP, PB);
         else
-            rows_x_pairs(x, act, prow, srow, zrow, pair, k_top, K, act_len, result, G, ZP, GATE_UP, 1);
-        for (int b = 0; b < nb; ++b)
-            for (int r = 0; r < rpt; ++r) {
-                const int row = item + r * n_items;
-                if (row >= n_rows)
-                    break;
-                const float a = result[r * PB + b];
-                if (GATE_UP)
-                    out[(size_t)pair[b] * I + phase_index(row)] = silu(a) * result[(RPT + r) * PB + b];
-                else
-                    out[(size_t)pair[b] * H + row] = a;
+            rows_x_pairs(x, act, prow, srow, zrow, pair, k_top, K, K, result, G, ZP, GATE_UP, 1);
+        for (int b = 0; b < nb; ++b) {
+            const float* res = result + b * MAX_NR;
+            if (GATE_UP) {
+                /* silu of the thread's RPT gate rows as vectors (one vector exp per 8 rows, not 8 scalar calls) */
+                for (int r0 = 0; r0 < RPT; r0 += 8) {
+                    const float8 g = vload8(0, res + r0);
+                    const float8 hv = g / (1.0f + exp(-g)) * vload8(0, res + RPT + r0);
+                    for (int r = 0; r < 8; ++r) {
+                        const int row = item + (r0 + r) * n_items;
+                        if (row < n_rows)
+                            out[(size_t)pair[b] * I + phase_index(row)] = hv[r];
+                    }
+                }
+            } else {
+                for (int r = 0; r < rpt; ++r) {
+                    const int row = item + r * n_items;
+                    if (row < n_rows)
+                        out[(size_t)pair[b] * H + row] = res[r];
+                }
             }
-        pc += nb;
+        }
+        i += nb;
     }
 }
 
+#define CPU_EXPERT_PARAMS __global const half* x, __global const float* act, __global const uchar* packed,           \
+                          __global const half* scales, __global const uchar* zeros, __global int* meta,               \
+                          __global const int* ids, __global float* out, int k_top, int H, int I, int n_slots, int TK, \
+                          int E, int fused
+#define CPU_EXPERT_ARGS x, act, packed, scales, zeros, meta, ids, out, k_top, H, I, n_slots, TK, E, fused
+
 #define EXPERT_KERNELS(G, ZP, TAG)                                                                                   \
-    __kernel void moe_gate_up_g##G##_##TAG(EXPERT_PARAMS) { expert_cpu(EXPERT_ARGS, G, ZP, 1); }                  \
-    __kernel void moe_down_g##G##_##TAG(EXPERT_PARAMS) { expert_cpu(EXPERT_ARGS, G, ZP, 0); }
+    __kernel void moe_gate_up_g##G##_##TAG(CPU_EXPERT_PARAMS) { expert_cpu(CPU_EXPERT_ARGS, G, ZP, 1); }          \
+    __kernel void moe_down_g##G##_##TAG(CPU_EXPERT_PARAMS) { expert_cpu(CPU_EXPERT_ARGS, G, ZP, 0); }
 
 #endif
 

@@ -84,13 +84,18 @@ def test_moe_all_tokens_one_expert_set(queue, rng):
     run_and_check(queue, rng, experts, x, ids, w)
 
 
-def test_moe_token_repeats_an_expert(queue, rng):
+# tile 1: T k <= FUSED_PAIRS, the cpu groups the ids inside gate_up and down; tile 4: above it, the route kernel does
+FUSED_AND_ROUTED = pytest.mark.parametrize("tile", [1, 4], ids=["fused", "routed"])
+
+
+@FUSED_AND_ROUTED
+def test_moe_token_repeats_an_expert(queue, rng, tile):
     """A token may name one expert twice (not what softmax_topk returns, but legal input): both pairs count."""
     e, h, i = 4, 128, 128
     experts = random_experts(rng, e, h, i, queue=queue)
-    x = rng.standard_normal((3, h)).astype(np.float16)
-    ids = np.array([[1, 1], [0, 3], [3, 3]], dtype=np.int32)
-    w = np.array([[0.25, 0.75], [0.5, 0.5], [1.0, 1.0]], dtype=np.float16)
+    x = np.tile(rng.standard_normal((3, h)).astype(np.float16), (tile, 1))
+    ids = np.tile(np.array([[1, 1], [0, 3], [3, 3]], dtype=np.int32), (tile, 1))
+    w = np.tile(np.array([[0.25, 0.75], [0.5, 0.5], [1.0, 1.0]], dtype=np.float16), (tile, 1))
     y, want = run_and_check(queue, rng, experts, x, ids, w)
     # the first token's two pairs add up to one full pass through expert 1
     single, _ = ref.reference(x[:1], experts.to_host(), np.array([[1]], dtype=np.int32), np.ones((1, 1)))
@@ -117,20 +122,21 @@ def test_moe_matches_dequantized_float_weights(queue, rng):
     run_and_check(queue, rng, experts.to_device(queue), x, ids, w)
 
 
-def test_moe_invalid_ids_are_dropped_and_counted(queue, rng):
+@FUSED_AND_ROUTED
+def test_moe_invalid_ids_are_dropped_and_counted(queue, rng, tile):
     """Ids outside [0, E) (vLLM marks experts of another rank with -1) contribute zero; the device counts them;
     check_ids=True refuses them before launch."""
     e, h, i = 6, 128, 256
     experts = random_experts(rng, e, h, i, queue=queue)
-    x = rng.standard_normal((4, h)).astype(np.float16)
-    ids = np.array([[0, -1], [5, 6], [-7, 100], [2, 3]], dtype=np.int32)
-    w = np.full((4, 2), 0.5, dtype=np.float16)
+    x = np.tile(rng.standard_normal((4, h)).astype(np.float16), (tile, 1))
+    ids = np.tile(np.array([[0, -1], [5, 6], [-7, 100], [2, 3]], dtype=np.int32), (tile, 1))
+    w = np.full((4 * tile, 2), 0.5, dtype=np.float16)
     y, want = run_and_check(queue, rng, experts, x, ids, w)
-    assert np.all(y[2] == 0.0)
+    assert np.all(y[2::4] == 0.0)
     with pytest.raises(xe2rt.InputError, match=r"topk_ids\[0, 1\] = -1"):
         xe2rt.moe_ffn_w4a16(to_device(x, queue), experts, to_device(ids, queue), to_device(w, queue),
                             check_ids=True)
-    good = np.array([[0, 1]] * 4, dtype=np.int32)
+    good = np.array([[0, 1]] * (4 * tile), dtype=np.int32)
     y2 = xe2rt.moe_ffn_w4a16(to_device(x, queue), experts, to_device(good, queue), to_device(w, queue),
                              check_ids=True)
     assert np.isfinite(dpnp.asnumpy(y2)).all()
@@ -160,6 +166,22 @@ def test_moe_out_and_determinism(queue, rng):
     for _ in range(3):
         assert np.array_equal(dpnp.asnumpy(xe2rt.moe_ffn_w4a16(x, experts, ids, w)).view(np.uint16),
                               first.view(np.uint16))
+
+
+@pytest.mark.parametrize("t,k,launches", [(1, 8, 3), (2, 8, 3), (3, 8, 4), (64, 2, 4)])
+def test_cpu_decomposition(queue, rng, t, k, launches):
+    """cpu: T k <= FUSED_PAIRS pairs take three launches (gate_up and down group the ids themselves, then combine),
+    more take four (the route kernel first); both agree with the reference."""
+    fused_pairs = xe2rt.artifacts.load(queue, "cpu", op.FAMILY).constants["FUSED_PAIRS"]
+    assert (t * k <= fused_pairs) == (launches == 3)
+    e, h, i = 16, 256, 256
+    experts = random_experts(rng, e, h, i, queue=queue)
+    x = rng.standard_normal((t, h)).astype(np.float16)
+    ids, w = routing(rng, t, k, e)
+    events = []
+    op.run(to_device(x, queue), experts, to_device(ids, queue), to_device(w, queue), target="cpu", events=events)
+    assert len(events) == launches
+    run_and_check(queue, rng, experts, x, ids, w)
 
 
 # Real (E, k, H, I): Qwen3-30B-A3B, OLMoE and DeepSeek-V2-Lite with every expert; Mixtral-8x7B with its real H and I

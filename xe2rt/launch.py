@@ -318,11 +318,22 @@ def is_recording() -> bool:
 def launch(kernel: Kernel, args: Sequence, global_size, local_size, queue: dpctl.SyclQueue):
     """Check everything, then submit once without waiting. Returns the event (profiling info if the queue enables
     it), or None while recording."""
+    return enqueue(prepare(kernel, args, global_size, local_size, queue))
+
+
+def prepare(kernel: Kernel, args: Sequence, global_size, local_size, queue: dpctl.SyclQueue) -> Submission:
+    """Check and pack one launch without queuing it. Ops with dependent launches prepare them all, then enqueue them
+    back to back: packing takes tens of microseconds, longer than a short kernel (moe's route) runs, and the next
+    kernel would otherwise wait for the host."""
     global_size, local_size = _as_tuple(global_size), _as_tuple(local_size)
     packed, slm_bytes = marshal(kernel, args, queue)
     check_geometry(kernel, queue, global_size, local_size, slm_bytes)
-    submission = Submission(queue, kernel.sycl_kernel, packed, list(reversed(global_size)),
-                            list(reversed(local_size)), tuple(args))
+    return Submission(queue, kernel.sycl_kernel, packed, list(reversed(global_size)), list(reversed(local_size)),
+                      tuple(args))
+
+
+def enqueue(submission: Submission) -> dpctl.SyclEvent | None:
+    """Submit a prepared launch (or record it inside xe2rt.bind). Returns its event, or None while recording."""
     if _recording.steps is not None:
         _recording.steps.append(submission)
         return None

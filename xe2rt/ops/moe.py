@@ -141,31 +141,38 @@ def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = No
     y = out if out is not None else dpnp.empty((t, hidden), dtype=np.float16, sycl_queue=queue)
     pairs = t * k
     n_slots = min(n_exp, pairs)
-    meta = dpnp.empty(meta_size(n_slots, pairs, n_exp) if t else META_HEAD, dtype=np.int32, sycl_queue=queue)
+    c = program.constants
+    xe2 = is_xe2(program.target)
+    fused = not xe2 and pairs <= c["FUSED_PAIRS"]  # cpu: no route launch, gate_up and down group the ids themselves
+    meta = dpnp.empty(meta_size(n_slots, pairs, n_exp) if t and not fused else META_HEAD, dtype=np.int32,
+                      sycl_queue=queue)
     if t == 0:
         meta.fill(0)  # nothing routed, nothing dropped; no kernel launched
         return (y, meta[1:2]), None
     h = dpnp.empty((pairs, inter), dtype=np.float32, sycl_queue=queue)
     ypair = dpnp.empty((pairs, hidden), dtype=np.float32, sycl_queue=queue)
-    c = program.constants
     route = program.kernel("moe_route")
-    gate_up = program.kernel(kernel_name("gate_up", gu))
-    down = program.kernel(kernel_name("down", dn))
-    combine = program.kernel("moe_combine_wf16" if topk_weights.dtype == np.float16 else "moe_combine_wf32")
     gu_zeros = gu.packed if gu.zeros is None else gu.zeros  # the symmetric kernels never read it
     dn_zeros = dn.packed if dn.zeros is None else dn.zeros
+    wtag = "wf16" if topk_weights.dtype == np.float16 else "wf32"
 
+    # every launch is checked and packed before the first is queued: the route kernel takes about a microsecond and
+    # packing a launch tens of them, so packing in between left gate_up waiting for the host
+    steps = [] if fused else [launch.prepare(route, [topk_ids, meta, pairs, n_exp, n_slots], 1, 1, queue)]
+    # cpu kernels take the ids too (fused: they group them themselves); gate_up never reads `act` and down never
+    # reads `x`: they are passed only to fill the shared signature
+    cpu_args = [] if xe2 else [topk_ids]
+    cpu_tail = [] if xe2 else [pairs, n_exp, int(fused)]
+    groups = pairs if fused else n_slots
+    for stage, qw, zeros, out_, rows in (("gate_up", gu, gu_zeros, h, inter), ("down", dn, dn_zeros, ypair, hidden)):
+        g, l = geometry(c, program.target, stage, groups, rows)
+        steps.append(launch.prepare(program.kernel(kernel_name(stage, qw)),
+                                    [x, h, qw.packed, qw.scales, zeros, meta, *cpu_args, out_, k, hidden, inter,
+                                     n_slots, *cpu_tail], g, l, queue))
+    steps.append(launch.prepare(program.kernel(f"moe_combine_{wtag}"), [topk_weights, topk_ids, ypair, y, k, n_exp,
+                                                                       hidden], t * hidden // 8, 16, queue))
     events = [] if events is None else events
-    events.append(launch.launch(route, [topk_ids, meta, pairs, n_exp, n_slots], 1, 1, queue))
-    g, l = geometry(c, program.target, "gate_up", n_slots, inter)
-    # gate_up never reads `act` and down never reads `x`: they are passed only to fill the shared signature
-    events.append(launch.launch(gate_up, [x, h, gu.packed, gu.scales, gu_zeros, meta, h, k, hidden, inter, n_slots],
-                                g, l, queue))
-    g, l = geometry(c, program.target, "down", n_slots, hidden)
-    events.append(launch.launch(down, [x, h, dn.packed, dn.scales, dn_zeros, meta, ypair, k, hidden, inter, n_slots],
-                                g, l, queue))
-    events.append(launch.launch(combine, [topk_weights, topk_ids, ypair, y, k, n_exp, hidden], t * hidden // 8, 16,
-                                queue))
+    events.extend(launch.enqueue(step) for step in steps)
     return (y, meta[1:2]), events[-1]
 
 
