@@ -21,6 +21,9 @@
  *  3. moe_down: the same over (slot, block of H rows) with x = h[p]; writes ypair[p, n] (fp32).
  *  4. moe_combine: y[t, n] = sum_j w[t, j] ypair[t k + j, n] over j in order, skipping ids outside [0, E); one
  *     fp16 rounding. A separate pass keeps the sum deterministic (no atomics across experts).
+ *  cpu, T k <= FUSED_PAIRS (fused = 1): no moe_route. gate_up and down take the ids; their groups are the pairs, and
+ *     pair p's threads work only when p is the first valid pair naming its expert, gathering that expert's pairs
+ *     from the ids themselves (group_pairs); down's work-item 0 writes meta's two counts (fused_head).
  *
  * Xe2 (SG = 16): one sub-group per (RPT rows, slot), SGS sub-groups per work-group; 512 k per uint4 sub-group block
  *   read per row (lane word i = 8 codes k = 8 (i SG + lane) .. + 7), codes to halves 1024 + q by the 0x6400 OR and

@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     ctx.say("[0] measuring device read bandwidth (stream_read)")
     read_before = ctx.measure_read_bandwidth()
     ctx.say(f"    {read_before:.1f} GB/s")
+    ctx.say("    fp32 multiply-add peak (fma_peak)")
+    ctx.say(f"    {ctx.measure_fma_peak():.0f} GFLOP/s")
     results = []
     for index, family in enumerate(args.families, 1):
         ctx.say(f"[{index}/{len(args.families)}] {family}")
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     report = {"xe2rt_version": xe2rt.__version__, "device": ctx.device.name, "target": ctx.target,
               "driver": ctx.device.driver_version, "host": platform.node(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "quick": args.quick, "read_gbps": read_gbps, "read_gbps_start": read_before,
-              "read_gbps_end": read_after, "llc_bytes": ctx.llc_bytes, "pool_bytes": ctx.pool_bytes, "rows": rows,
+              "read_gbps_end": read_after, "fma_gflops": ctx.fma_gflops, "llc_bytes": ctx.llc_bytes, "pool_bytes": ctx.pool_bytes, "rows": rows,
               "static_hot_loops": static_rows}
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)

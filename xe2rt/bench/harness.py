@@ -87,6 +87,7 @@ class BenchContext:
         self.pool_bytes = 4 * MiB if quick else max(8 * self.llc_bytes, 256 * MiB)
         self.log = log
         self.read_gbps = float("nan")
+        self.fma_gflops = float("nan")  # measure_fma_peak
         self.last_read_gbps: float | None = None  # probe bracketing the latest time_events call
         self._probe = None
 
@@ -146,6 +147,24 @@ class BenchContext:
         if not np.isclose(float(dpnp.asnumpy(sums).sum(dtype=np.float64)), n_floats, rtol=1e-3):
             raise RuntimeError("stream_read returned a wrong sum; bandwidth figure would be meaningless")
         return n_floats * 4 / seconds / 1e9
+
+    def measure_fma_peak(self, iters: int = 40000) -> float:
+        """GFLOP/s of the shipped fma_peak kernel (independent fp32 multiply-add chains on every compute unit): the
+        device's own multiply-add ceiling, which compute-bound rows are quoted against. Median of 3 launches after
+        one warm-up; the sums are checked so a kernel that computed nothing cannot report a figure."""
+        program = artifacts.load(self.queue, self.target, "fma_peak")
+        c = program.constants
+        local = c.get("SG", 1) * 8 if self.target in ("bmg", "lnl") else 1
+        items = max(1, self.device.max_compute_units) * c["ITEMS_PER_UNIT"]
+        items = -(-items // local) * local
+        sums = dpnp.empty(items, dtype=np.float32, sycl_queue=self.queue)
+        kernel = program.kernel()
+        seconds = self._median_event_seconds(
+            lambda i: launch.launch(kernel, [sums, 0.999, 0.001, iters], items, local, self.queue), 1, 3)
+        if not np.allclose(dpnp.asnumpy(sums), c["CHAINS"] * c["WIDTH"], rtol=1e-3):
+            raise RuntimeError("fma_peak returned wrong sums; a FLOP figure would be meaningless")
+        self.fma_gflops = items * iters * c["CHAINS"] * c["WIDTH"] * 2 / seconds / 1e9
+        return self.fma_gflops
 
     def measure_read_bandwidth(self) -> float:
         """The run-level read bandwidth (a longer probe)."""

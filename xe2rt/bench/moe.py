@@ -8,12 +8,15 @@ Cache busting: every expert of the model lives on the device once (Qwen3: 128 ex
 pool of random routings, so consecutive calls read different experts. Routings are drawn uniformly (distinct experts
 per token) and only those with the most common number of distinct experts are kept, so every call reads the same
 bytes. Time: SYCL profiling span from the route kernel's start to the combine kernel's end (median of the loop).
+Compute floor: each row's note gives the time its multiply-adds (2 T k 3 H I FLOP) take at the device's fp32
+multiply-add peak measured in the same run (fma_peak): at T = 16 that floor, not the bytes, bounds the shared row.
 Alternative: the dpnp composition a user writes (ids read back; per chosen expert: dequantize gate_up and down to
 float32 with dpnp, matmul of the expert's tokens, silu * up, matmul, weighted add), by wall clock with the queue
 drained, in the same run. Its iteration count is capped (5) because one Mixtral expert dequantizes 470 MB of float32.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import Counter
@@ -125,6 +128,8 @@ def _wall(ctx: BenchContext, call, iters: int) -> float:
 
 def cases(ctx: BenchContext) -> list[Result]:
     results = []
+    if not math.isfinite(ctx.fma_gflops):
+        ctx.measure_fma_peak()
     rng = np.random.default_rng(0)
     for name, (e, k, h, i) in (QUICK_SHAPES if ctx.quick else SHAPES).items():
         ctx.say(f"  moe_ffn_w4a16 {name}: preparing {e} experts")
@@ -154,12 +159,18 @@ def cases(ctx: BenchContext) -> list[Result]:
             alt = _wall(ctx, lambda j: dpnp_composition(x32, experts, ids[j % n], weights[j % n]),
                         min(ALT_ITERS, ctx.iters))
             nbytes = moe_bytes(experts, distinct, t, k)
+            flops = 2 * t * k * 3 * h * i
             how = "all tokens on the same experts" if shared else "random routings"
+            # the multiply-adds alone, at the device's measured fp32 multiply-add peak (fma_peak): no kernel can be
+            # faster, whatever it reads
+            floor = flops / (ctx.fma_gflops * 1e9)
             results.append(Result("moe_ffn_w4a16", f"{name} E{e} k{k} H{h} I{i} T{t}{' shared' if shared else ''} "
                                   f"g{GROUP}", ctx.target, seconds,
-                                  wall, bytes=nbytes, flops=2 * t * k * 3 * h * i,
+                                  wall, bytes=nbytes, flops=flops,
                                   alternative="dpnp deq f32+matmul per expert", alt_seconds=alt,
                                   note=f"{distinct} distinct experts per call ({nbytes / 1e6:.1f} MB); "
-                                       f"{n} rotating {how}", read_gbps=read_gbps))
+                                       f"{n} rotating {how}; multiply-adds at the measured fp32 peak "
+                                       f"{ctx.fma_gflops:.0f} GFLOP/s: {floor * 1e3:.3f} ms "
+                                       f"({100 * floor / seconds:.0f}% of this time)", read_gbps=read_gbps))
         del experts
     return results

@@ -5,18 +5,25 @@ moe_ffn_w4a16: y[t] = sum_j w[t, j] down_e(silu(gate_e x[t]) * up_e x[t]), e = i
 float32 (as softmax_topk returns them). fp32 accumulation; h = silu(gate) * up and the per-pair outputs stay fp32;
 one fp16 rounding of y.
 
-Decomposition (spirv_src/moe_ffn_w4a16.cl), four launches, no host readback; pair p = t k + j:
+Decomposition (spirv_src/moe_ffn_w4a16.cl), no host readback; pair p = t k + j:
   1. moe_route       1 work-item: counting sort of the T k ids by expert into `meta` (chosen experts in increasing
                      order, one per slot; each slot's pairs in increasing p; count of ids outside [0, E)).
-  2. moe_gate_up     work-groups over (slot, block of I rows), slots = min(E, T k) (the most experts T k ids can
-                     name); a slot past the chosen experts exits. Each thread reads its expert's RPT gate + RPT up rows
-                     once per PB pairs and writes h[p, :] (fp32 workspace [T k, I]).
-  3. moe_down        the same over (slot, block of H rows) with x = h[p]: ypair (fp32 workspace [T k, H]).
+  2. moe_gate_up     work-groups over (group, block of I rows), a group being the pairs that chose one expert:
+                     slots = min(E, T k) groups (the most experts T k ids can name); a slot past the chosen experts
+                     exits. Each thread reads its expert's RPT gate + RPT up rows once per PB pairs and writes h[p, :]
+                     (fp32 workspace [T k, I]).
+  3. moe_down        the same over (group, block of H rows) with x = h[p]: ypair (fp32 workspace [T k, H]).
   4. moe_combine     y[t, 8 columns] per work-item: sum over j in order of w[t, j] ypair[t k + j], fp16 out.
+  cpu, T k <= FUSED_PAIRS (16: decode, T = 1 and 2 at k = 8): no route launch. Groups are the T k pairs: pair p leads
+       the group of its expert when no earlier pair named it, and its thread gathers the group's pairs from the ids
+       (O(T k) reads); other groups exit. down's work-item 0 writes meta's two counts. This saves the route kernel
+       and, more, the wait for it: it ran in 1 us and the gate_up launch behind it started about 30 us later (the
+       host still packing and submitting it), 4% of the Qwen3-30B-A3B T = 1 call.
+  All launches are checked and packed before the first is queued.
   Xe2: a 16-lane sub-group per (RPT rows, slot), SGS sub-groups per work-group -> local SGS x 16,
        global slots x ceil(rows / (SGS RPT)) x local.
-  cpu: a work-item per (RPT rows of I, or DOWN_RPT rows of H, and slot), LOCAL per work-group -> local LOCAL,
-       global slots x ceil(rows / (LOCAL RPT)) x LOCAL; rows dealt out strided within the slot.
+  cpu: a work-item per (RPT rows of I, or DOWN_RPT rows of H, and group), LOCAL per work-group -> local LOCAL,
+       global groups x ceil(rows / (LOCAL RPT)) x LOCAL; rows dealt out strided within the group.
   combine: T H / 8 work-items, local 16 (H is a multiple of 128).
 Every expert's weights are read from memory once per call however many tokens chose it: the pairs of an expert are
 taken PB at a time, and a further chunk re-reads only the thread's RPT rows, from cache.
@@ -54,7 +61,8 @@ def kernel_name(stage: str, qw) -> str:
 
 
 def geometry(constants: dict, target: str, stage: str, n_slots: int, n_rows: int) -> tuple[int, int]:
-    """(global, local) of a gate_up / down launch over n_slots expert slots of n_rows output rows each."""
+    """(global, local) of a gate_up / down launch over n_slots groups (expert slots, or pairs on the fused cpu path)
+    of n_rows output rows each."""
     if is_xe2(target):
         local, rows_per_group = constants["SGS"] * constants["SG"], constants["SGS"] * constants["RPT"]
     else:
@@ -105,8 +113,8 @@ def _check_routing(op: str, x, topk_ids, topk_weights, experts) -> int:
 def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = None, check_ids: bool = False,
         events: list | None = None):
     """Validate, launch, and return ((y, invalid_ids), event): invalid_ids is a 1-element int32 device array, the
-    number of ids outside [0, E) the route kernel dropped; event (the last launch's) None when nothing was launched
-    (T = 0). `events`, a list, receives the four launches' events in order (the benchmark times their span)."""
+    number of ids outside [0, E) that were dropped; event (the last launch's) None when nothing was launched (T = 0).
+    `events`, a list, receives the launches' events in order (the benchmark times their span)."""
     _check_experts(OP, experts)
     k = _check_routing(OP, x, topk_ids, topk_weights, experts)
     if not isinstance(check_ids, (bool, np.bool_)):
