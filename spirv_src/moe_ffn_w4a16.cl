@@ -285,62 +285,7 @@ INLINE void expert_xe2(EXPERT_PARAMS, const int G, const int ZP, const int GATE_
 #if RPT % 8
 #error "the cpu gate_up epilogue takes the thread's RPT gate rows 8 at a time"
 #endif
-#define PAIR_SHIFT(w, t) (4 * (t) <= 15 ? (w) << (15 - 4 * (t)) : (w) >> (4 * (t) - 15))
-#define AS_CODE(v, mask) as_float16(((v) & (mask)) | 0x3F800000u)
-
-INLINE float hsum16(float16 v)
-{
-    const float8 a = v.lo + v.hi;
-    const float4 b = a.lo + a.hi;
-    return (b.s0 + b.s1) + (b.s2 + b.s3);
-}
-
-/* x[k0 .. k0 + 127] (fp16) as 8 phase vectors X[t], lane i = x[k0 + 8 i + t]: three rounds of even / odd splits. */
-INLINE void x_phases(__global const half* x, int k0, float16* X)
-{
-    const uint16 EVEN = (uint16)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const uint16 ODD = EVEN + 1;
-    float16 a[8], e1[4], o1[4], r2[8];
-    for (int j = 0; j < 8; ++j)
-        a[j] = vload_half16(0, x + k0 + 16 * j);
-    for (int p = 0; p < 4; ++p) {
-        e1[p] = shuffle2(a[2 * p], a[2 * p + 1], EVEN);
-        o1[p] = shuffle2(a[2 * p], a[2 * p + 1], ODD);
-    }
-    for (int q = 0; q < 2; ++q) {
-        r2[q] = shuffle2(e1[2 * q], e1[2 * q + 1], EVEN);
-        r2[2 + q] = shuffle2(e1[2 * q], e1[2 * q + 1], ODD);
-        r2[4 + q] = shuffle2(o1[2 * q], o1[2 * q + 1], EVEN);
-        r2[6 + q] = shuffle2(o1[2 * q], o1[2 * q + 1], ODD);
-    }
-    X[0] = shuffle2(r2[0], r2[1], EVEN);
-    X[4] = shuffle2(r2[0], r2[1], ODD);
-    X[2] = shuffle2(r2[2], r2[3], EVEN);
-    X[6] = shuffle2(r2[2], r2[3], ODD);
-    X[1] = shuffle2(r2[4], r2[5], EVEN);
-    X[5] = shuffle2(r2[4], r2[5], ODD);
-    X[3] = shuffle2(r2[6], r2[7], EVEN);
-    X[7] = shuffle2(r2[6], r2[7], ODD);
-}
-
-/* Per-lane scale / zero point over one step: lane i belongs to group g0 + 8 i / G. */
-INLINE float16 lanes_half(__global const half* p, int g0, const int G)
-{
-    if (G == 32)
-        return shuffle(vload_half4(0, p + g0), (uint16)(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-    if (G == 64)
-        return shuffle(vload_half2(0, p + g0), (uint16)(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    return (float16)vload_half(g0, p);
-}
-
-INLINE float16 lanes_uchar(__global const uchar* p, int g0, const int G)
-{
-    if (G == 32)
-        return shuffle(convert_float4(vload4(0, p + g0)), (uint16)(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-    if (G == 64)
-        return shuffle(convert_float2(vload2(0, p + g0)), (uint16)(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    return (float16)(float)p[g0];
-}
+#include "w4_cpu.h"
 
 /* Index of element i of a row in the phase order h is stored in. */
 INLINE int phase_index(int i)
@@ -427,6 +372,15 @@ INLINE void rows_x_pairs(__global const half* x, __global const float* act, __gl
             result[b * MAX_NR + r] = hsum16(acc[r][b]);
 }
 
+/* Whether pair p is the first to name its expert (fused path: that pair leads the expert's group). */
+INLINE int leads_group(__global const int* ids, int p)
+{
+    for (int q = 0; q < p; ++q)
+        if (ids[q] == ids[p])
+            return 0;
+    return 1;
+}
+
 /* One group of pairs: the pairs that chose one expert. With the route kernel's meta (fused = 0), group s is the s-th
  * chosen expert in increasing order and its pairs stay in meta (*from). Without a route launch (fused = 1, T k <=
  * FUSED_PAIRS), group p is pair p when p is the first valid pair naming its expert, and its pairs (every pair naming
@@ -444,11 +398,8 @@ INLINE int group_pairs(__global const int* meta, __global const int* ids, int gr
         return active[group];
     }
     const int e = ids[group];
-    if (e < 0 || e >= E)
-        return -1;
-    for (int q = 0; q < group; ++q)
-        if (ids[q] == e)
-            return -1; /* an earlier pair leads this expert's group */
+    if (e < 0 || e >= E || !leads_group(ids, group))
+        return -1; /* an earlier pair leads this expert's group */
     int n = 0;
     for (int q = group; q < TK; ++q)
         if (ids[q] == e)
@@ -465,14 +416,10 @@ INLINE void fused_head(__global int* meta, __global const int* ids, int TK, int 
     int invalid = 0, leaders = 0;
     for (int p = 0; p < TK; ++p) {
         const int e = ids[p];
-        if (e < 0 || e >= E) {
+        if (e < 0 || e >= E)
             invalid += 1;
-            continue;
-        }
-        int first = 1;
-        for (int q = 0; q < p; ++q)
-            first &= ids[q] != e;
-        leaders += first;
+        else
+            leaders += leads_group(ids, p);
     }
     meta[META_ACTIVE] = leaders;
     meta[META_INVALID] = invalid;
