@@ -130,15 +130,20 @@ class BenchContext:
                 times.append(time.perf_counter() - start)
         return statistics.median(times)
 
+    def _probe_geometry(self, program) -> tuple[int, int]:
+        """(global, local) of a probe kernel (stream_read, fma_peak): ITEMS_PER_UNIT work-items per compute unit, in
+        work-groups of 8 sub-groups on Xe2 and of 1 on the cpu."""
+        local = program.constants.get("SG", 1) * 8 if self.target in ("bmg", "lnl") else 1
+        items = max(1, self.device.max_compute_units) * program.constants["ITEMS_PER_UNIT"]
+        return -(-items // local) * local, local
+
     def _probe_gbps(self, iters: int) -> float:
         """GB/s of the shipped stream_read kernel over two buffers that together exceed the last-level cache."""
         if self._probe is None:
             program = artifacts.load(self.queue, self.target, "stream_read")
             n_floats = (self.pool_bytes // 2) // 4
             buffers = [dpnp.ones(n_floats, dtype=np.float32, sycl_queue=self.queue) for _ in range(2)]
-            items = max(1, self.device.max_compute_units) * program.constants["ITEMS_PER_UNIT"]
-            local = program.constants.get("SG", 1) * 8 if self.target in ("bmg", "lnl") else 1
-            items = -(-items // local) * local
+            items, local = self._probe_geometry(program)
             sums = dpnp.empty(items, dtype=np.float32, sycl_queue=self.queue)
             self._probe = (program.kernel(), buffers, sums, n_floats, items, local)
         kernel, buffers, sums, n_floats, items, local = self._probe
@@ -154,9 +159,7 @@ class BenchContext:
         one warm-up; the sums are checked so a kernel that computed nothing cannot report a figure."""
         program = artifacts.load(self.queue, self.target, "fma_peak")
         c = program.constants
-        local = c.get("SG", 1) * 8 if self.target in ("bmg", "lnl") else 1
-        items = max(1, self.device.max_compute_units) * c["ITEMS_PER_UNIT"]
-        items = -(-items // local) * local
+        items, local = self._probe_geometry(program)
         sums = dpnp.empty(items, dtype=np.float32, sycl_queue=self.queue)
         kernel = program.kernel()
         seconds = self._median_event_seconds(

@@ -159,14 +159,14 @@ def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = No
         return (y, meta[1:2]), None
     h = dpnp.empty((pairs, inter), dtype=np.float32, sycl_queue=queue)
     ypair = dpnp.empty((pairs, hidden), dtype=np.float32, sycl_queue=queue)
-    route = program.kernel("moe_route")
     gu_zeros = gu.packed if gu.zeros is None else gu.zeros  # the symmetric kernels never read it
     dn_zeros = dn.packed if dn.zeros is None else dn.zeros
     wtag = "wf16" if topk_weights.dtype == np.float16 else "wf32"
 
     # every launch is checked and packed before the first is queued: the route kernel takes about a microsecond and
     # packing a launch tens of them, so packing in between left gate_up waiting for the host
-    steps = [] if fused else [launch.prepare(route, [topk_ids, meta, pairs, n_exp, n_slots], 1, 1, queue)]
+    steps = [] if fused else [launch.prepare(program.kernel("moe_route"), [topk_ids, meta, pairs, n_exp, n_slots], 1,
+                                             1, queue)]
     # cpu kernels take the ids too (fused: they group them themselves); gate_up never reads `act` and down never
     # reads `x`: they are passed only to fill the shared signature
     cpu_args = [] if xe2 else [topk_ids]
