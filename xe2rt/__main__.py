@@ -1,29 +1,24 @@
-"""python -m xe2rt info | bench"""
+"""python -m xe2rt COMMAND: one subcommand per module of xe2rt.cli's COMMANDS (each has add_arguments and run)."""
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import sys
+
+# name -> (module with `add_arguments(parser)` and `run(args) -> int`, one-line help)
+COMMANDS = {
+    "info": ("xe2rt.info", "devices, chosen target, shipped binaries and their AOT report"),
+    "bench": ("xe2rt.bench.cli", "benchmark every kernel family against the device's bandwidth"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m xe2rt")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_info = sub.add_parser("info", help="devices, chosen target, shipped binaries and their AOT report")
-    p_info.add_argument("--device", help="SYCL filter string, e.g. opencl:cpu")
-    p_info.add_argument("--json", action="store_true", help="print JSON")
-    from .bench.cli import add_arguments
-    add_arguments(sub.add_parser("bench", help="benchmark every kernel family against the device's bandwidth"))
+    for name, (module, help_text) in COMMANDS.items():
+        importlib.import_module(module).add_arguments(sub.add_parser(name, help=help_text))
     args = parser.parse_args(argv)
-
-    import xe2rt
-    if args.command == "info":
-        from .info import format_info
-        data = xe2rt.info(args.device)
-        print(json.dumps(data, indent=1) if args.json else format_info(data))
-        return 0
-    from .bench.cli import run
-    return run(args)
+    return importlib.import_module(COMMANDS[args.command][0]).run(args)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,16 @@ def format_info(data: dict) -> str:
         from .bench import xe2_static
         lines += ["", xe2_static.format_table(data["hot_loops"])]
     return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    """`python -m xe2rt info` options."""
+    parser.add_argument("--device", help="SYCL filter string, e.g. opencl:cpu")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(args) -> int:
+    import json
+    data = info(args.device)
+    print(json.dumps(data, indent=1) if args.json else format_info(data))
+    return 0
