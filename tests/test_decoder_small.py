@@ -72,12 +72,14 @@ def test_rope_unchecked_positions_never_write_outside(queue, rng, target):
     q = to_device(rng.standard_normal((2, 4, 64)).astype(np.float16), queue)
     k = to_device(rng.standard_normal((2, 2, 64)).astype(np.float16), queue)
     v = to_device(rng.standard_normal((2, 2, 64)).astype(np.float16), queue)
-    big = to_device(np.full((2, 2 * 8, 64), 5, np.float16), queue)  # one allocation: the caches are its halves
-    kc, vc = big[:, :8], big[:, 8:]
-    kc, vc = kc.copy(), vc.copy()
+    # one allocation: k_cache, then v_cache, then a guard; a write past k_cache's end would land in v_cache
+    size = 2 * 8 * 64
+    big = to_device(np.full(3 * size, 5, np.float16), queue)
+    kc, vc, guard = big[:size].reshape(2, 8, 64), big[size:2 * size].reshape(2, 8, 64), big[2 * size:]
     xe2rt.rope_kv(q, k, v, to_device(np.array([8, 3], np.int32), queue), kc, vc, theta=10000.0,
                   check_positions=False, target=target)
     kh, vh = kc.asnumpy(), vc.asnumpy()
     assert (np.delete(kh, 3, axis=1) == 5).all() and (np.delete(vh, 3, axis=1) == 5).all()
     np.testing.assert_array_equal(kh[:, 3], k.asnumpy()[1])
     np.testing.assert_array_equal(vh[:, 3], v.asnumpy()[1])
+    assert (guard.asnumpy() == 5).all()

@@ -211,10 +211,10 @@ def rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_nor
         raise InputError(f"{op}: head_dim (q's last axis) must be 64 or 128, got {d}")
     hkv = k.shape[1]
     _same_shape(op, "k", k, (tokens, hkv, d), "[T, Hkv, D] with q's T and D")
-    _same_shape(op, "v", v, k.shape, "k's shape")
     if hkv == 0 or hq == 0 or hq % hkv:
         raise InputError(f"{op}: the query heads must be a positive multiple of the kv heads (GQA), got Hq = {hq}, "
                          f"Hkv = {hkv}")
+    _same_shape(op, "v", v, k.shape, "k's shape")
     _same_shape(op, "positions", positions, (tokens,), "one position per token")
     max_tokens = k_cache.shape[1]
     _same_shape(op, "k_cache", k_cache, (hkv, max_tokens, d), "[Hkv, max_tokens, D]")

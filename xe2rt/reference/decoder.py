@@ -69,10 +69,10 @@ def rope_ref(x, positions, freq) -> np.ndarray:
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
 
-def rope_kv_ref(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_norm=None):
+def rope_kv_ref(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_norm=None, write_caches=True):
     """What rope_kv computes: (q_rot, k_rot) float64 and the caches (fp16 copies of the given ones) with the fp16
     rounded k_rot and v written at positions. qk_norm = (q_weight, k_weight, eps): Qwen3's per-head norm first, its
-    fp16 output the rotation's input, as in HF."""
+    fp16 output the rotation's input, as in HF. write_caches=False returns the given caches untouched (no copy)."""
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     if qk_norm is not None:
@@ -81,6 +81,8 @@ def rope_kv_ref(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk
         k = _f16(rms_norm_ref(k, kw, eps)[0])
     freq = inv_freq(q.shape[-1], theta, scaling)
     q_rot, k_rot = rope_ref(q, positions, freq), rope_ref(k, positions, freq)
+    if not write_caches:
+        return q_rot, k_rot, k_cache, v_cache
     k_cache, v_cache = np.array(k_cache, dtype=F16), np.array(v_cache, dtype=F16)
     pos = np.asarray(positions)
     k_cache[:, pos, :] = k_rot.astype(F16).transpose(1, 0, 2)
