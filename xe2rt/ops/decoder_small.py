@@ -57,13 +57,16 @@ def _same_shape(op: str, name: str, a, shape: tuple, rule: str) -> None:
 
 
 def _no_overlap(op: str, written: dict, others: dict) -> None:
-    """No array the kernel writes shares bytes with another argument."""
-    items = list(written.items()) + list(others.items())
-    for i, (wname, w) in enumerate(written.items()):
-        for name, a in items[i + 1:]:
-            if a is not None and w.size and a.size and validate.overlaps(w, a):
-                raise InputError(f"{op}: {wname} overlaps {name}; the kernel writes {wname}, so it must be a separate "
-                                 f"array")
+    """No array the kernel writes shares bytes with another argument (byte ranges taken once per array)."""
+    ranges = [(name, validate.usm_byte_range(validate.usm_view(a))) for name, a in
+              list(written.items()) + list(others.items()) if a is not None and a.size]
+    n_written = sum(1 for name, _ in ranges if name in written)
+    for i in range(n_written):
+        wname, (w0, w1) = ranges[i]
+        for name, (a0, a1) in ranges[i + 1:]:
+            if w0 < a1 and a0 < w1:
+                raise InputError(f"{op}: {wname} overlaps {name}; the kernel writes {wname}, so it must be a "
+                                 f"separate array")
 
 
 # ---- rms_norm ----
@@ -81,6 +84,11 @@ def rms_norm(x, weight, *, eps, residual=None, out=None, target: str | None = No
     y = fp16(weight * fp16(s * rsqrt(mean(s^2) + eps))). x float16 [T, H] with weight [H], or the per-head form
     [T, heads, head_dim] with weight [head_dim]. With `residual` (x's shape), s = fp16(x + residual) is computed once
     and (y, s) is returned (out, if given, is the (y, s) pair); otherwise y (out, if given, is y)."""
+    return run_rms_norm(x, weight, eps=eps, residual=residual, out=out, target=target)[0]
+
+
+def run_rms_norm(x, weight, *, eps, residual=None, out=None, target: str | None = None):
+    """rms_norm returning (result, event); event is None when nothing was launched."""
     op = "rms_norm"
     validate.device_array(op, "x", x, dtypes=_F16, ndims=[2, 3])
     validate.device_array(op, "weight", weight, dtypes=_F16, ndims=[1])
@@ -118,13 +126,13 @@ def rms_norm(x, weight, *, eps, residual=None, out=None, target: str | None = No
             s = dpnp.empty(x.shape, dtype=np.float16, sycl_queue=queue)
     result = y if residual is None else (y, s)
     if rows == 0:
-        return result
+        return result, None
     program = program_for(queue, FAMILY, target)
     global_size, local_size = rms_norm_geometry(program.constants, program.target, rows, n)
-    launch.launch(program.kernel("rms_norm_f16"),
+    event = launch.launch(program.kernel("rms_norm_f16"),
                   [x, x if residual is None else residual, weight, y, s, rows, n, eps, int(residual is not None)],
                   global_size, local_size, queue)
-    return result
+    return result, event
 
 
 # ---- rope_kv ----
@@ -182,6 +190,13 @@ def rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_nor
     per-head RMSNorm before the rotation. Returns (q, k). check_positions=True (the default) reads positions back
     (waiting for the queue) and rejects values outside [0, max_tokens) or repeated ones before anything is
     launched."""
+    return run_rope_kv(q, k, v, positions, k_cache, v_cache, theta=theta, scaling=scaling, qk_norm=qk_norm,
+                       check_positions=check_positions, target=target)[0]
+
+
+def run_rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_norm=None, check_positions=True,
+                target: str | None = None):
+    """rope_kv returning ((q, k), event); event is None when nothing was launched."""
     op = "rope_kv"
     for name, a in (("q", q), ("k", k), ("v", v)):
         validate.device_array(op, name, a, dtypes=_F16, ndims=[3])
@@ -226,7 +241,7 @@ def rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_nor
     _no_overlap(op, {"q": q, "k": k, "k_cache": k_cache, "v_cache": v_cache},
                 {"v": v, "positions": positions, "q_weight": qw, "k_weight": kw})
     if tokens == 0:
-        return q, k
+        return (q, k), None
     if check_positions:
         host = dpnp.asnumpy(positions)  # synchronizing, by default: see the module docstring
         bad = (host < 0) | (host >= max_tokens)
@@ -240,11 +255,11 @@ def rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_nor
     program = program_for(queue, FAMILY, target)
     table = freq_table(queue, d, theta, key)
     global_size, local_size = rope_geometry(program.constants, program.target, tokens, hq + hkv)
-    launch.launch(program.kernel(f"rope_kv_d{d}"),
+    event = launch.launch(program.kernel(f"rope_kv_d{d}"),
                   [q, k, v, positions, k_cache, v_cache, table, q if qw is None else qw, q if kw is None else kw,
                    tokens, hq, hkv, max_tokens, norm_eps, int(qk_norm is not None)],
                   global_size, local_size, queue)
-    return q, k
+    return (q, k), event
 
 
 # ---- silu_mul ----
@@ -259,6 +274,11 @@ def silu_mul_geometry(constants: dict, target: str, tokens: int, inter: int) -> 
 
 def silu_mul(gate_up, *, out=None, target: str | None = None):
     """silu(gate) * up for gate_up float16 [T, 2I] (gate = [:, :I], up = [:, I:]) -> [T, I] float16, fp32 math."""
+    return run_silu_mul(gate_up, out=out, target=target)[0]
+
+
+def run_silu_mul(gate_up, *, out=None, target: str | None = None):
+    """silu_mul returning (y, event); event is None when nothing was launched."""
     op = "silu_mul"
     validate.device_array(op, "gate_up", gate_up, dtypes=_F16, ndims=[2])
     queue = gate_up.sycl_queue
@@ -272,8 +292,9 @@ def silu_mul(gate_up, *, out=None, target: str | None = None):
         validate.out_array(op, out, shape=(tokens, inter), dtype=np.float16, queue=queue, inputs={"gate_up": gate_up})
     y = out if out is not None else dpnp.empty((tokens, inter), dtype=np.float16, sycl_queue=queue)
     if tokens == 0:
-        return y
+        return y, None
     program = program_for(queue, FAMILY, target)
     global_size, local_size = silu_mul_geometry(program.constants, program.target, tokens, inter)
-    launch.launch(program.kernel("silu_mul_f16"), [gate_up, y, tokens, inter], global_size, local_size, queue)
-    return y
+    event = launch.launch(program.kernel("silu_mul_f16"), [gate_up, y, tokens, inter], global_size, local_size,
+                          queue)
+    return y, event
