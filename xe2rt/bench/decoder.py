@@ -51,12 +51,26 @@ def _host_seconds(ctx: BenchContext, call) -> float:
     return statistics.median(times)
 
 
+_floor: dict = {}
+
+
+def launch_floor(ctx: BenchContext) -> float:
+    """Kernel time of the smallest launch of this family (silu_mul on [1, 2]): what any T = 1 row cannot go below
+    on this runtime, measured in the same run."""
+    if ctx not in _floor:
+        gu = dpnp.ones((1, 2), dtype=np.float16, sycl_queue=ctx.queue)
+        out = dpnp.empty((1, 1), dtype=np.float16, sycl_queue=ctx.queue)
+        _floor[ctx] = ctx._median_event_seconds(lambda i: op.run_silu_mul(gu, out=out)[1], 2, max(ctx.iters, 10))
+    return _floor[ctx]
+
+
 def _row(ctx, name, case, seconds, wall, host, nbytes, alt_name, alt, copies, pool_bytes):
     where = "pool > LLC" if pool_bytes > ctx.llc_bytes else "pool in LLC"
+    floor = launch_floor(ctx)
     return Result("decoder_small", case, ctx.target, seconds, wall, bytes=nbytes, alternative=alt_name,
                   alt_seconds=alt, read_gbps=ctx.last_read_gbps,
                   note=f"{name}: kernel {seconds * 1e6:.1f} us, host {host * 1e6:.1f} us/call, wall {wall * 1e6:.1f} us; "
-                       f"{copies} copies ({where})")
+                       f"{copies} copies ({where}); launch floor {floor * 1e6:.1f} us")
 
 
 def _rms_rows(ctx, rng, model, h, t):
