@@ -83,3 +83,22 @@ def test_rope_unchecked_positions_never_write_outside(queue, rng, target):
     np.testing.assert_array_equal(kh[:, 3], k.asnumpy()[1])
     np.testing.assert_array_equal(vh[:, 3], v.asnumpy()[1])
     assert (guard.asnumpy() == 5).all()
+
+
+@pytest.mark.parametrize("d,theta,factor", [(128, 500000.0, 8.0), (64, 500000.0, 32.0)])
+def test_llama3_inv_freq(d, theta, factor):
+    """reference.decoder.inv_freq (float32, HF's order of operations) against the same rule in float64: the three
+    regimes of _compute_llama3_parameters (high frequencies kept, low ones divided by factor, a smooth blend between)
+    each occur, and every value is within a few float32 ulps of the float64 rule."""
+    scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    got = ref.inv_freq(d, theta, scaling)
+    assert got.dtype == np.float32 and got.shape == (d // 2,)
+    base = 1.0 / theta ** (np.arange(0, d, 2) / d)
+    wavelen = 2 * np.pi / base
+    smooth = (8192 / wavelen - 1.0) / 3.0
+    want = np.where(wavelen < 8192 / 4.0, base,
+                    np.where(wavelen > 8192 / 1.0, base / factor, (1 - smooth) * base / factor + smooth * base))
+    np.testing.assert_allclose(got, want, rtol=8 * 2.0**-24, atol=0)
+    assert (wavelen < 2048).any() and (wavelen > 8192).any() and ((wavelen >= 2048) & (wavelen <= 8192)).any()
+    np.testing.assert_array_equal(ref.inv_freq(d, theta)[wavelen < 2048], got[wavelen < 2048])
