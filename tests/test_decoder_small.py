@@ -102,3 +102,21 @@ def test_llama3_inv_freq(d, theta, factor):
     np.testing.assert_allclose(got, want, rtol=8 * 2.0**-24, atol=0)
     assert (wavelen < 2048).any() and (wavelen > 8192).any() and ((wavelen >= 2048) & (wavelen <= 8192)).any()
     np.testing.assert_array_equal(ref.inv_freq(d, theta)[wavelen < 2048], got[wavelen < 2048])
+
+
+def test_warm_replays_give_fresh_outputs(queue, rng):
+    """Repeated calls with one signature are replayed by xe2rt.fastcall: each returns its own (y, s) / y, and results
+    held from earlier calls are not overwritten by later ones."""
+    w = to_device((1 + 0.1 * rng.standard_normal(512)).astype(np.float16), queue)
+    held = []
+    for _ in range(4):
+        x = rng.standard_normal((3, 512)).astype(np.float16)
+        r = rng.standard_normal((3, 512)).astype(np.float16)
+        gu = rng.standard_normal((3, 1024)).astype(np.float16)
+        y, s = xe2rt.rms_norm(to_device(x, queue), w, eps=1e-6, residual=to_device(r, queue))
+        held.append((x, r, gu, y, s, xe2rt.silu_mul(to_device(gu, queue))))
+    for x, r, gu, y, s, m in held:
+        want_y, want_s = ref.rms_norm_ref(x, w.asnumpy(), 1e-6, r)
+        np.testing.assert_array_equal(s.asnumpy(), want_s.astype(np.float16))
+        np.testing.assert_allclose(y.asnumpy(), want_y, rtol=2e-3, atol=1e-3)
+        np.testing.assert_allclose(m.asnumpy(), ref.silu_mul_ref(gu), rtol=2e-3, atol=1e-4)
