@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from xe2rt import artifacts, launch
+from xe2rt.__main__ import main
 from xe2rt.build import reflect
 from xe2rt.errors import BuildError
 
@@ -58,7 +59,7 @@ __kernel void scale_u8(const __global uchar* q, __global float* out, float step)
     out[i] = dequant(q[i], step);
 }
 """
-SCALE_H = "inline float dequant(uchar q, float step) { return ((int)q - ZERO) * step; }\n"
+SCALE_H = "static inline float dequant(uchar q, float step) { return ((int)q - ZERO) * step; }\n"
 SHIFT = """__kernel void shift_l(__global long* v, const ulong by) {
     size_t i = get_global_id(0);
     v[i] = v[i] << by;
@@ -68,8 +69,20 @@ SHIFT = """__kernel void shift_l(__global long* v, const ulong by) {
 
 def xe2rt_build(*args, cwd):
     env = {k: v for k, v in os.environ.items() if k not in ("XE2RT_TARGET", "XE2RT_KERNEL_DIR")}
+    # The xe2rt of this checkout, whatever folder the command runs in.
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
     return subprocess.run([sys.executable, "-m", "xe2rt", "build", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True)
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """The same command in this process (importing xe2rt in a subprocess costs seconds): (exit code, stderr)."""
+    def run(*args, cwd):
+        monkeypatch.chdir(cwd)
+        code = main(["build", *map(str, args)])
+        return code, capsys.readouterr().err
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +190,7 @@ def test_runs_on_the_cpu_device(queue, kernel_dir, target, rng):
     np.testing.assert_array_equal(out.asnumpy(), xi.reshape(16, 16).sum(axis=1))
 
 
-def test_compile_error_names_file_and_line_and_writes_nothing(tmp_path, built):
+def test_compile_error_names_file_and_line_and_writes_nothing(tmp_path, cli):
     (tmp_path / "bad.cl").write_text("__kernel void k(__global float* y) {\n    y[0] = 1.0f;\n"
                                      "    y[1] = undeclared_thing;\n}\n")
     proc = xe2rt_build("bad.cl", "-o", "out", cwd=tmp_path)
@@ -187,24 +200,24 @@ def test_compile_error_names_file_and_line_and_writes_nothing(tmp_path, built):
     assert not any(p.name.startswith(".out") for p in tmp_path.iterdir())
     # An earlier build in OUTDIR stays as it was.
     (tmp_path / "good.cl").write_text("__kernel void k(__global float* y) { y[0] = 1.0f; }\n")
-    assert xe2rt_build("good.cl", "-o", "out", "--targets", "cpu", cwd=tmp_path).returncode == 0
+    assert cli("good.cl", "-o", "out", "--targets", "cpu", cwd=tmp_path)[0] == 0
     before = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
-    proc = xe2rt_build("bad.cl", "-o", "out", "--targets", "cpu", cwd=tmp_path)
-    assert proc.returncode == 1 and "bad.cl:3:12: error" in proc.stderr
+    code, err = cli("bad.cl", "-o", "out", "--targets", "cpu", cwd=tmp_path)
+    assert code == 1 and "bad.cl:3:12: error" in err
     assert {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()} == before
 
 
-def test_spec_with_a_missing_file(tmp_path):
+def test_spec_with_a_missing_file(tmp_path, cli):
     (tmp_path / "fam.toml").write_text('source = "nowhere.cl"\n[targets.cpu]\nN = 1\n')
-    proc = xe2rt_build("fam.toml", "-o", "out", cwd=tmp_path)
-    assert proc.returncode == 1
-    assert f"source 'nowhere.cl' names a missing file ({tmp_path / 'nowhere.cl'})" in proc.stderr
+    code, err = cli("fam.toml", "-o", "out", cwd=tmp_path)
+    assert code == 1
+    assert f"source 'nowhere.cl' names a missing file ({tmp_path / 'nowhere.cl'})" in err
     assert not (tmp_path / "out").exists()
-    proc = xe2rt_build("absent.toml", "-o", "out", cwd=tmp_path)
-    assert proc.returncode == 1 and "absent.toml does not exist" in proc.stderr
+    code, err = cli("absent.toml", "-o", "out", cwd=tmp_path)
+    assert code == 1 and "absent.toml does not exist" in err
 
 
-def test_spec_with_variants_includes_and_two_sources(tmp_path, queue, monkeypatch):
+def test_spec_with_variants_includes_and_two_sources(tmp_path, cli, queue, monkeypatch):
     """A spec of two sources (linked) with a header, per-target constants and a variant table; both modules run."""
     (tmp_path / "src").mkdir()
     (tmp_path / "inc").mkdir()
@@ -215,8 +228,8 @@ def test_spec_with_variants_includes_and_two_sources(tmp_path, queue, monkeypatc
         'sources = ["src/scale.cl", "src/shift.cl"]\ninclude_dirs = ["inc"]\n'
         '[constants]\nZERO = 8\n[targets.cpu]\n[targets.bmg]\nZERO = 7\n'
         '[variants.q_zero0.constants]\nZERO = 0\n')
-    proc = xe2rt_build("q.toml", "-o", "out", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    code, err = cli("q.toml", "-o", "out", cwd=tmp_path)
+    assert code == 0, err
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert sorted(manifest["artifacts"]) == ["bmg/q.spv", "bmg/q_zero0.spv", "cpu/q.spv", "cpu/q_zero0.spv"]
     constants = {k: a["constants"] for k, a in manifest["artifacts"].items()}
@@ -243,58 +256,58 @@ def test_spec_with_variants_includes_and_two_sources(tmp_path, queue, monkeypatc
         artifacts.clear_caches()
 
 
-def test_prebuilt_spirv(tmp_path, built):
+def test_prebuilt_spirv(tmp_path, cli, built):
     """SPIR-V from elsewhere, per target or for every target: validated, reflected (no names: arg0...)."""
     spv = built[0] / "cpu" / "mykernels.spv"
-    proc = xe2rt_build("--spirv", f"cpu={spv}", "--name", "pre", "-o", "out", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    code, err = cli("--spirv", f"cpu={spv}", "--name", "pre", "-o", "out", cwd=tmp_path)
+    assert code == 0, err
     entry = json.loads((tmp_path / "out" / "manifest.json").read_text())["artifacts"]["cpu/pre.spv"]
     assert entry["sha256"] == built[1]["artifacts"]["cpu/mykernels.spv"]["sha256"]
     assert entry["build_options"] == {"prebuilt": "mykernels.spv"}
     assert [p["type"] for p in entry["kernels"]["axpy_h"]] == ["half", "half", "half", "int"]
     assert entry["kernel_attrs"]["sg_sum"]["reqd_sub_group_size"] == 16
-    proc = xe2rt_build(spv, "--targets", "bmg,lnl", "-o", "out2", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    code, err = cli(spv, "--targets", "bmg,lnl", "-o", "out2", cwd=tmp_path)
+    assert code == 0, err
     assert sorted(json.loads((tmp_path / "out2" / "manifest.json").read_text())["artifacts"]) == \
         ["bmg/mykernels.spv", "lnl/mykernels.spv"]
     (tmp_path / "junk.spv").write_bytes(spv.read_bytes()[:64])
-    proc = xe2rt_build("--spirv", "cpu=junk.spv", "-o", "out3", cwd=tmp_path)
-    assert proc.returncode == 1 and "spirv-val validating junk for target cpu failed" in proc.stderr
+    code, err = cli("--spirv", "cpu=junk.spv", "-o", "out3", cwd=tmp_path)
+    assert code == 1 and "spirv-val validating junk for target cpu failed" in err
     assert not (tmp_path / "out3").exists()
 
 
-def test_bad_command_lines(tmp_path, built):
+def test_bad_command_lines(tmp_path, cli, built):
     (tmp_path / "k.cl").write_text("__kernel void k(__global float* y) { y[0] = 1.0f; }\n")
     for args, message in [(["--targets", "bmg,xe3"], "--targets 'bmg,xe3': targets are a comma-separated subset"),
                           (["-D", "1X=2"], "-D '1X=2': NAME must be a C identifier"),
                           (["--spirv", "gpu=a.spv"], "--spirv 'gpu=a.spv': expected TARGET=PATH")]:
-        proc = xe2rt_build("k.cl", "-o", "out", *args, cwd=tmp_path)
-        assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+        code, err = cli("k.cl", "-o", "out", *args, cwd=tmp_path)
+        assert code == 1 and message in err, err
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")
-    proc = xe2rt_build("k.cl", "-o", "notes", cwd=tmp_path)
-    assert proc.returncode == 1 and "is not an xe2rt build folder" in proc.stderr
+    code, err = cli("k.cl", "-o", "notes", cwd=tmp_path)
+    assert code == 1 and "is not an xe2rt build folder" in err
     assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
 
 
-def test_defines_become_constants(tmp_path):
+def test_defines_become_constants(tmp_path, cli):
     (tmp_path / "k.cl").write_text("__kernel void k(__global int* y) { y[0] = VL; y[1] = MODE_X; }\n")
-    proc = xe2rt_build("k.cl", "-o", "out", "--targets", "cpu", "-D", "VL=16", "-D", "MODE_X=3+1", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    code, err = cli("k.cl", "-o", "out", "--targets", "cpu", "-D", "VL=16", "-D", "MODE_X=3+1", cwd=tmp_path)
+    assert code == 0, err
     entry = json.loads((tmp_path / "out" / "manifest.json").read_text())["artifacts"]["cpu/k.spv"]
     assert entry["constants"] == {"VL": 16}
     assert entry["build_options"]["clang"][-3:] == ["-DXE2RT_TARGET_CPU=1", "-DVL=16", "-DMODE_X=3+1"]
 
 
-def test_aot_report(tmp_path, built):
+def test_aot_report(tmp_path, cli, built):
     from xe2rt.build.ocloc import find_ocloc
     try:
         find_ocloc(fetch=False)
     except BuildError as exc:  # CI fetches it (build_scripts/aot.py --check runs before the tests)
         pytest.skip(f"no Xe2-capable ocloc on this machine: {exc}")
     (tmp_path / "k.cl").write_text(KERNELS)
-    proc = xe2rt_build("k.cl", "-o", "out", "--targets", "bmg", "--aot", "--no-fetch", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    code, err = cli("k.cl", "-o", "out", "--targets", "bmg", "--aot", "--no-fetch", cwd=tmp_path)
+    assert code == 0, err
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     entry = manifest["artifacts"]["bmg/k.spv"]
     report = entry["aot"]
