@@ -270,6 +270,13 @@ def test_prebuilt_spirv(tmp_path, cli, built):
     assert code == 0, err
     assert sorted(json.loads((tmp_path / "out2" / "manifest.json").read_text())["artifacts"]) == \
         ["bmg/mykernels.spv", "lnl/mykernels.spv"]
+    # The spec form: a target table's `spirv`, beside a target compiled from the source.
+    (tmp_path / "k.cl").write_text("__kernel void k(__global float* y) { y[0] = 1.0f; }\n")
+    (tmp_path / "mix.toml").write_text(f'source = "k.cl"\n[targets.bmg]\n[targets.cpu]\nspirv = "{spv}"\n')
+    code, err = cli("mix.toml", "-o", "out4", cwd=tmp_path)
+    assert code == 0, err
+    mix = json.loads((tmp_path / "out4" / "manifest.json").read_text())["artifacts"]
+    assert list(mix["bmg/mix.spv"]["kernels"]) == ["k"] and "axpy_h" in mix["cpu/mix.spv"]["kernels"]
     (tmp_path / "junk.spv").write_bytes(spv.read_bytes()[:64])
     code, err = cli("--spirv", "cpu=junk.spv", "-o", "out3", cwd=tmp_path)
     assert code == 1 and "spirv-val validating junk for target cpu failed" in err
