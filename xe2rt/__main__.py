@@ -9,6 +9,7 @@ import sys
 COMMANDS = {
     "info": ("xe2rt.info", "devices, chosen target, shipped binaries and their AOT report"),
     "bench": ("xe2rt.bench.cli", "benchmark every kernel family against the device's bandwidth"),
+    "build": ("xe2rt.build.cli", "build OpenCL C (or a spec .toml) into per-target SPIR-V with a manifest"),
 }
 
 
