@@ -12,6 +12,7 @@ from .errors import ConfigError as _ConfigError
 
 try:
     _icd.setup()
+    _config.icd_setup_enabled()
     _config.forced_target()
 except _ConfigError:
     # `python -m xe2rt ...` (argv[0] is '-m' while the package is located) or the `xe2rt` script: the command line's

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from . import _icd, config
         _icd.setup()  # raised at import too, then deferred to here (see xe2rt/__init__.py)
+        config.icd_setup_enabled()
         config.forced_target()
         return importlib.import_module(COMMANDS[args.command][0]).run(args)
     except user_errors() as exc:
