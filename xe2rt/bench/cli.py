@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 
 from . import FAMILIES, STATIC_TABLE, report
 
@@ -24,12 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = report.output_path(args.json, args.overwrite)  # refused before anything is measured
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            from ..errors import InputError
-            raise InputError("--plot needs matplotlib: pip install 'xe2rt[plot]'") from None
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        from ..errors import InputError
+        raise InputError("--plot needs matplotlib: pip install 'xe2rt[plot]'")
     from ..parallel.mpi import world_size_from_env
     if world_size_from_env() > 1:  # under mpiexec: every rank runs the tp family, rank 0 reports
         from .tp import run_ranks
