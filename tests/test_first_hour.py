@@ -93,8 +93,12 @@ def test_user_errors_are_one_line_exit_2(args, env, says):
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in done.stderr, done.stderr
-    debug = cli("--debug", *args, env_update=env)
-    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_debug_shows_the_traceback():
+    for args in (("--debug", "info"), ("info", "--debug")):
+        done = cli(*args, env_update={"XE2RT_TARGET": "gpu"})
+        assert done.returncode != 0 and "Traceback" in done.stderr and "ConfigError" in done.stderr, done.stderr
 
 
 def test_bench_refuses_to_overwrite_before_measuring(tmp_path):
@@ -191,3 +195,11 @@ def test_bench_package_has_no_import_cycle():
             state[name] = "done"
     for name in graph:
         visit(name, [])
+
+
+def test_readme_quick_start_runs():
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Quick start\n\n```python\n(.*?)```", text, re.S).group(1)
+    done = python(block)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] in ("bmg", "lnl", "cpu")
