@@ -129,14 +129,15 @@ class BenchContext:
             return (event.profiling_info_end - event.profiling_info_start) * 1e-9
         return statistics.median(timed_samples(step, iters, warmup))
 
-    def time_wall(self, call: Callable[[int], object], warmup: int = 2) -> float:
-        """Median wall time of call(i) with the queue drained after each call."""
+    def time_wall(self, call: Callable[[int], object], warmup: int = 2, iters: int | None = None) -> float:
+        """Median wall time of call(i) with the queue drained after each call (`iters` timed calls, default the
+        context's)."""
         def step(i):
             start = time.perf_counter()
             call(i)
             self.queue.wait()
             return time.perf_counter() - start
-        return statistics.median(timed_samples(step, self.iters, warmup))
+        return statistics.median(timed_samples(step, self.iters if iters is None else iters, warmup))
 
     def _probe_geometry(self, program) -> tuple[int, int]:
         """(global, local) of a probe kernel (stream_read, fma_peak): ITEMS_PER_UNIT work-items per compute unit, in
