@@ -34,14 +34,18 @@ def cli(*args, env_update=None):
 # --- import order -------------------------------------------------------------------------------------------------
 
 def test_hook_line_points_at_the_pip_runtime():
-    """The one line of xe2rt_icd.pth, run as site.py runs it, sets OCL_ICD_FILENAMES only when it is unset."""
+    """The one line of xe2rt_icd.pth, run as site.py runs it, sets OCL_ICD_FILENAMES only when it is unset. The
+    process starts with XE2RT_NO_ICD_SETUP=1 so that an installed copy of the hook cannot be what sets it."""
     line = (ROOT / "xe2rt_icd.pth").read_text().strip()
     assert "\n" not in line and line.startswith("import ")  # site.py executes only lines starting with import
-    show = f"exec({line!r}); import os; print(os.environ.get('OCL_ICD_FILENAMES'))"
     assert RUNTIME.exists(), "the intel-opencl-rt wheel's libintelocl.so is a dependency"
-    assert python(show).stdout.strip() == str(RUNTIME)
-    assert python(show, {"OCL_ICD_FILENAMES": "/mine.so"}, drop=()).stdout.strip() == "/mine.so"
-    assert python(show, {"XE2RT_NO_ICD_SETUP": "1"}).stdout.strip() == "None"
+    show = (f"import os; before = os.environ.get('OCL_ICD_FILENAMES'); os.environ.pop('XE2RT_NO_ICD_SETUP', None); "
+            f"exec({line!r}); print(before, os.environ.get('OCL_ICD_FILENAMES'))")
+    off = {"XE2RT_NO_ICD_SETUP": "1"}
+    assert python(show, off).stdout.split() == ["None", str(RUNTIME)]
+    assert python(show, {**off, "OCL_ICD_FILENAMES": "/mine.so"}, drop=()).stdout.split() == ["/mine.so", "/mine.so"]
+    keep_off = show.replace("os.environ.pop('XE2RT_NO_ICD_SETUP', None); ", "")
+    assert python(keep_off, off).stdout.split() == ["None", "None"]
 
 
 def test_hook_is_installed_with_the_package():
