@@ -9,6 +9,7 @@ import sys
 COMMANDS = {
     "info": ("xe2rt.info", "devices, chosen target, shipped binaries and their AOT report"),
     "bench": ("xe2rt.bench.cli", "benchmark every kernel family against the device's bandwidth"),
+    "selftest": ("xe2rt.selftest", "prove every kernel on this machine's device; writes a JSON report to share"),
 }
 
 
