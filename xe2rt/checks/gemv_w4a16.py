@@ -20,7 +20,7 @@ SHAPES = [(n, k, g, s, d) for n, k in [(1, 4224), (7, 4224), (1000, 1024), (13, 
 TAILS = [(19, 448, 64, True, None), (45, 352, 32, False, None), (9, 160, 32, True, None), (5, 96, 32, False, None)]
 LLM = [(4096, 14336, 128, True, None), (14336, 4096, 32, False, None), (9728, 2560, 128, True, None),
        (2560, 9728, 32, False, None)]
-QUICK = [(1000, 1024, 128, True, None), (45, 352, 32, False, None), (13, 8448, 64, False, "plain")]
+QUICK = [(45, 352, 32, False, None)]
 
 
 def magic_offset(constants: dict) -> float:

@@ -12,7 +12,7 @@ RULE = "per element: reference.moe's fp32 bound (gate/up dots, silu, down dots, 
 # fused-pairs limit, zero points, g32..g128
 CASES = [(1, 8, 256, 384, 2, 128, True), (3, 8, 256, 384, 2, 32, False), (16, 8, 256, 384, 2, 64, True),
          (64, 8, 256, 384, 2, 128, True), (7, 5, 384, 256, 1, 64, False)]
-QUICK = [(3, 8, 256, 384, 2, 32, False), (16, 8, 256, 384, 2, 64, True)]
+QUICK = [(3, 8, 256, 384, 2, 32, False)]
 
 
 def run_case(queue, target, t, e, h, i, k, group_size, symmetric):
