@@ -97,10 +97,11 @@ def _progress(total: int, label: str):
         return _Plain()
 
 
-def run_checks(queue, target: str, families: list[str], quick: bool) -> list[dict]:
-    """Every check of `families` that is meaningful for `target`, each as a JSON-able record."""
+def run_checks(queue, target: str, families: list[str], quick: bool, native: bool = False) -> list[dict]:
+    """Every check of `families` that is meaningful for `target` (and, for those that need the real Xe2 built-ins,
+    only when `native`), each as a JSON-able record."""
     from . import checks as C
-    todo = [c for f in families for c in C.checks_of(f, quick) if target in c.targets]
+    todo = [c for f in families for c in C.checks_of(f, quick) if target in c.targets and (native or not c.native_xe2)]
     bar = _progress(len(todo), f"checks ({target})")
     records = []
     for check in todo:
@@ -259,8 +260,8 @@ def _run(args) -> int:
         except Xe2rtError as exc:
             raise UsageError(f"device {device.name!r} has no usable kernel target: {exc}") from None
         queue = dpctl.SyclQueue(device)
-        checks = run_checks(queue, target, families, args.quick)
         native_ok, why = has_native_builtins(device, target)
+        checks = run_checks(queue, target, families, args.quick, native_ok)
         native = {"skipped": None if native_ok else why, "records": run_native(queue, target) if native_ok else []}
         entry = {"device": device_record(device, target), "checks": checks, "native_builtins": native}
         if not args.no_bench:

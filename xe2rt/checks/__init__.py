@@ -42,6 +42,7 @@ class Check:
     name: str  # the case, e.g. "T=17 H=4096 residual"
     run: Callable = field(compare=False)  # run(queue, target: str | None) -> Result
     targets: tuple = ("cpu", "bmg", "lnl")  # kernel targets the case is meaningful for
+    native_xe2: bool = False  # needs the real DPAS / 2D block built-ins, i.e. an Xe2 GPU (not the CPU device)
 
     def __str__(self) -> str:
         return f"{self.family}[{self.name}]"

@@ -41,13 +41,13 @@ def run_case(queue, target, m, n, k, b_layout, variant):
     return combine(*results)
 
 
-def _case(m, n, k, lay, variant, targets):
+def _case(m, n, k, lay, variant, targets, native_xe2=False):
     return Check("gemm_fp16", f"{variant} M={m} N={n} K={k} {lay}",
-                 lambda q, t: run_case(q, t, m, n, k, lay, variant), targets)
+                 lambda q, t: run_case(q, t, m, n, k, lay, variant), targets, native_xe2)
 
 
 def checks(quick: bool = False) -> list[Check]:
     cpu, xe2 = (QUICK_CPU, QUICK_XE2) if quick else (CPU_SHAPES, XE2_SHAPES)
     # variant "native" is DPAS on bmg/lnl: it runs only on a device with the matrix-multiply extension (an Xe2 GPU)
     return [_case(*s, "native", ("cpu",)) for s in cpu] + [_case(*s, "xe2emu", ("cpu", "bmg", "lnl")) for s in xe2] \
-        + [_case(*s, "native", ("bmg", "lnl")) for s in xe2]
+        + [_case(*s, "native", ("bmg", "lnl"), native_xe2=True) for s in xe2]

@@ -17,9 +17,11 @@ ALL = ("cpu", "bmg", "lnl")
 # CPU wide path's per-group tail.
 SHAPES = [(n, k, g, s, d) for n, k in [(1, 4224), (7, 4224), (1000, 1024), (13, 8448)]
           for g in (32, 64, 128) for s in (True, False) for d in ("magic", "plain")]
-TAILS = [(19, 448, 64, True, None), (45, 352, 32, False, None), (9, 160, 32, True, None), (5, 96, 32, False, None)]
-LLM = [(4096, 14336, 128, True, None), (14336, 4096, 32, False, None), (9728, 2560, 128, True, None),
-       (2560, 9728, 32, False, None)]
+# 448 = 3 x 128 + 64, 352 = 2 x 128 + 96, 160 = 128 + 32; K = 96 has no whole 128-k step
+TAILS = [(n, k, g, s, d) for n, k, g, s in [(19, 448, 64, True), (45, 352, 32, False), (9, 160, 32, True),
+                                            (17, 96, 32, False), (23, 448, 64, False)] for d in ("magic", "plain")]
+LLM = [(n, k, g, s, None) for n, k in [(4096, 14336), (14336, 4096), (9728, 2560), (2560, 9728)]
+       for g, s in [(128, True), (32, False)]]
 QUICK = [(45, 352, 32, False, None)]
 
 
