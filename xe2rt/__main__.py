@@ -15,6 +15,7 @@ COMMANDS = {
     "info": ("xe2rt.info", "devices, chosen targets and a summary of the shipped binaries (--isa: hot loops)"),
     "bench": ("xe2rt.bench.cli", "benchmark every kernel family against the device's bandwidth"),
     "build": ("xe2rt.build.cli", "build OpenCL C (or a spec .toml) into per-target SPIR-V with a manifest"),
+    "selftest": ("xe2rt.selftest", "prove every kernel on this machine's device; writes a JSON report to share"),
 }
 
 USAGE_ERROR = 2  # argparse's status for a bad command line; the same for every user error
