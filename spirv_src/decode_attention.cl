@@ -40,19 +40,16 @@
 #define REDUCE_PARAMS __global const float* ws, __global half* out, int Hq, int S
 
 #if XE2RT_XE2
-/* Lane l ends with the sum over all 16 lanes of v[l]: at step w, lanes with bit w set keep the upper half of the
- * remaining values and send the lower half to their partner (and the reverse), halving the count each step. */
-INLINE float transpose_reduce16(float* v, const int lane)
+/* One step of the transposing butterfly that turns 16 per-lane partial dots (one per token) into 16 scores, token t's
+ * in lane t: `lower` and `upper` are the partial sums of two token groups that differ in index bit w; lanes with bit
+ * w set keep the upper group and send the lower one to their partner lane (lane ^ w), the others the reverse. After
+ * the steps w = 8, 4, 2, 1 every lane holds the sum over all 16 lanes of its own token's products. */
+INLINE float xe2_combine(float lower, float upper, const int w, const int lane)
 {
-    UNROLL for (int w = 8; w >= 1; w >>= 1) {
-        const bool upper = (lane & w) != 0;
-        UNROLL for (int i = 0; i < w; ++i) {
-            const float keep = upper ? v[i + w] : v[i];
-            const float give = upper ? v[i] : v[i + w];
-            v[i] = keep + intel_sub_group_shuffle_xor(give, (uint)w);
-        }
-    }
-    return v[0];
+    const bool upper_lane = (lane & w) != 0;
+    const float keep = upper_lane ? upper : lower;
+    const float give = upper_lane ? lower : upper;
+    return keep + intel_sub_group_shuffle_xor(give, (uint)w);
 }
 #endif
 

@@ -59,35 +59,46 @@ __kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
     }
     for (int b = t0; b < t1; b += BT) {
         const int nb = min(BT, t1 - b);
-        float part[GH][BT];
-        UNROLL for (int t = 0; t < BT; ++t) {
+        /* Q K^T. Tokens are visited in bit-reversed order so the transposing butterfly (see xe2_combine) runs as a
+         * binary counter: a pair is combined as soon as both halves exist, and per head at most one pending value
+         * per level (4) stays live instead of 16 partial dots. After token 15, lane t holds token b + t's score. */
+        float pending[GH][4], s[GH];
+        UNROLL for (int j = 0; j < BT; ++j) {
+            const int t = ((j & 1) << 3) | ((j & 2) << 1) | ((j & 4) >> 1) | ((j & 8) >> 3);
             /* tokens past the split's end read its last row again (in bounds) and are masked below */
             const FV kr = BREAD_HALF(kb + (size_t)(b + min(t, nb - 1)) * D);
-            UNROLL for (int h = 0; h < GH; ++h)
-                part[h][t] = VDOT(qv[h], kr);
+            UNROLL for (int h = 0; h < GH; ++h) {
+                float v = VDOT(qv[h], kr);
+                bool carry = true;
+                UNROLL for (int level = 0; level < 4; ++level) {
+                    if (carry) {
+                        if ((j >> level) & 1) {
+                            v = xe2_combine(pending[h][level], v, 8 >> level, lane);
+                        } else {
+                            pending[h][level] = v;
+                            carry = false;
+                        }
+                    }
+                }
+                if (j == BT - 1)
+                    s[h] = v;
+            }
         }
         UNROLL for (int h = 0; h < GH; ++h) {
             if (h < nh) {
-                float s = transpose_reduce16(part[h], lane); /* lane t: token b + t's score (log2 domain) */
-                s = lane < nb ? s : -INFINITY;
-                const float mn = fmax(m[h], sub_group_reduce_max(s));
+                const float sc = lane < nb ? s[h] : -INFINITY; /* log2 domain */
+                const float mn = fmax(m[h], sub_group_reduce_max(sc));
                 const float alpha = exp2(m[h] - mn); /* 0 on the first block (m = -inf) */
-                p[h] = exp2(s - mn);
+                p[h] = exp2(sc - mn);
                 l[h] = fma(l[h], alpha, p[h]); /* per lane; summed across the sub-group at the end */
                 o[h] *= alpha;
                 m[h] = mn;
             }
         }
-        /* P V: rows past the end are never read (their contents may be anything, NaN included) */
-        if (nb == BT) {
-            UNROLL for (int t = 0; t < BT; ++t) {
-                const FV vr = BREAD_HALF(vb + (size_t)(b + t) * D);
-                UNROLL for (int h = 0; h < GH; ++h)
-                    if (h < nh)
-                        o[h] = fma((FV)intel_sub_group_shuffle(p[h], (uint)t), vr, o[h]);
-            }
-        } else {
-            for (int t = 0; t < nb; ++t) {
+        /* P V: rows past the end are never read (their contents may be anything, NaN included); the uniform test
+         * per token keeps this loop free of inner loops, so it is the kernel's one hot loop */
+        UNROLL for (int t = 0; t < BT; ++t) {
+            if (t < nb) {
                 const FV vr = BREAD_HALF(vb + (size_t)(b + t) * D);
                 UNROLL for (int h = 0; h < GH; ++h)
                     if (h < nh)

@@ -60,14 +60,16 @@ def test_out_warm_calls_and_bind(queue, target):
 def test_split_rule_documented_examples():
     """The rule of the module docstring, at its stated examples."""
     bmg = {"GH": 4, "BT": 16, "MIN_CHUNK": 64, "MAX_SPLITS": 128}
-    cpu = {"BT": 16, "MIN_CHUNK": 256, "MAX_SPLITS": 128, "ITEMS_PER_CU": 4}
+    cpu = {"BT": 16, "MIN_CHUNK": 256, "MAX_SPLITS": 128, "ITEMS_PER_CU": 2}
     assert op.split_plan(bmg, "bmg", 640, 8, 4, 32768) == (80, 416)
     assert op.split_plan(bmg, "bmg", 640, 8, 4, 5120) == (80, 64)
     assert op.split_plan(bmg, "bmg", 640, 8, 4, 17) == (1, 32)
     assert op.split_plan(bmg, "bmg", 640, 1, 16, 32768) == (128, 256)  # MAX_SPLITS
-    assert op.split_plan(cpu, "cpu", 8, 8, 4, 32768) == (1, 32768)
-    assert op.split_plan(cpu, "cpu", 8, 4, 8, 32768) == (2, 16384)
-    assert op.split_plan(cpu, "cpu", 8, 1, 4, 300) == (2, 160)
+    # 2 compute units x ITEMS_PER_CU 2 = 4 work-items fill this machine's cpu
+    assert op.split_plan(cpu, "cpu", 4, 8, 4, 32768) == (1, 32768)
+    assert op.split_plan(cpu, "cpu", 4, 4, 8, 32768) == (1, 32768)
+    assert op.split_plan(cpu, "cpu", 4, 2, 16, 32768) == (2, 16384)
+    assert op.split_plan(cpu, "cpu", 4, 1, 4, 300) == (2, 160)
     for length in (1, 15, 16, 17, 4095, 32768):
         s, chunk = op.split_plan(bmg, "bmg", 640, 2, 8, length)
         assert chunk % 16 == 0 and s * chunk >= length and (s - 1) * chunk < length + chunk

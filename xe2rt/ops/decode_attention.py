@@ -13,7 +13,8 @@ Decomposition (spirv_src/decode_attention.cl):
                LNL 256 at 256 GRF), compute units x ITEMS_PER_CU on the cpu; P = sub-groups (Xe2) or work-items (cpu)
                per (kv head, split). MIN_CHUNK (64 tokens Xe2, 256 cpu) keeps a split long enough to amortize its
                partial's write and merge. E.g. Llama-3.1-8B (Hkv 8, G 4) on bmg: S = 80 from 5120 tokens up; on a
-               2-core cpu: S = 1 (8 work-items already cover 2 cores 4 times).
+               2-core cpu (ITEMS_PER_CU 2): S = 1, the 8 kv heads' work-items already share 2 cores evenly (equal
+               work per item, so 2 per core suffice; more splits would only add the reduce launch).
   launch 1     decode_attention_d<D>: one work-group per (kv head, split) with all G query heads of that kv head, so
                each K / V row is read once per call; tokens in blocks of 16 with an online softmax per head; writes
                the split's unnormalized output, max and sum (fp32) to the workspace.
