@@ -57,6 +57,16 @@ def test_out_warm_calls_and_bind(queue, target):
     _close(plan(), q3, k, v, 39)
 
 
+def test_warm_calls_are_replayed(queue):
+    """The workspace reaches the recorded op as an argument, so warm calls replay instead of running the op."""
+    from xe2rt import fastcall
+    (q, k, v), (qd, kd, vd) = _inputs(queue, seed=11)
+    xe2rt.decode_attention(qd, kd, vd, 31, target="cpu")
+    entries = [e for key, e in fastcall._entries.items() if key[0] is op._with_workspace and 31 in key]
+    assert entries and all(isinstance(e, fastcall._Entry) for e in entries)
+    _close(xe2rt.decode_attention(qd, kd, vd, 31, target="cpu"), q, k, v, 31)
+
+
 def test_split_rule_documented_examples():
     """The rule of the module docstring, at its stated examples."""
     bmg = {"GH": 4, "BT": 16, "MIN_CHUNK": 64, "MAX_SPLITS": 128}
