@@ -197,7 +197,8 @@ __kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
     __global const half* vb = v_cache + (size_t)kvh * max_tokens * D;
 
     float16 qv[MAXG * NV], o[MAXG * NV];
-    float m[MAXG], l[MAXG];
+    float m[MAXG];
+    float16 l[MAXG]; /* per token slot; summed once at the end */
     for (int g = 0; g < G; ++g) {
         __global const half* qrow = q + (size_t)(kvh * G + g) * D;
         UNROLL for (int c = 0; c < NV; ++c) {
@@ -237,14 +238,19 @@ __kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
                     acc[i] = pair_sum(acc[2 * i], acc[2 * i + 1]);
             const float16 s = select(acc[0], (float16)(-INFINITY), token >= (int16)nb);
             const float mn = fmax(m[g], hmax16(s));
-            const float alpha = exp2(m[g] - mn); /* 0 on the first block (m = -inf) */
             const float16 p = exp2(s - (float16)mn);
-            l[g] = fma(l[g], alpha, hsum16(p));
-            m[g] = mn;
-            vstore16(p, 0, pa);
             float16 oa[NV];
             UNROLL for (int c = 0; c < NV; ++c)
-                oa[c] = o[g * NV + c] * alpha;
+                oa[c] = o[g * NV + c];
+            if (mn > m[g]) { /* the running max rose: rescale (2^0 = 1 exactly otherwise, so the rest skip it) */
+                const float alpha = exp2(m[g] - mn); /* 0 on the first block (m = -inf) */
+                l[g] *= alpha;
+                UNROLL for (int c = 0; c < NV; ++c)
+                    oa[c] *= alpha;
+                m[g] = mn;
+            }
+            l[g] += p;
+            vstore16(p, 0, pa);
             if (nb == BT) {
                 for (int t = 0; t < BT; ++t)
                     UNROLL for (int c = 0; c < NV; ++c)
@@ -260,8 +266,9 @@ __kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
     }
     for (int g = 0; g < G; ++g) {
         const int hq = kvh * G + g;
+        const float lt = hsum16(l[g]);
         if (direct) {
-            const float inv = 1.0f / l[g];
+            const float inv = 1.0f / lt;
             UNROLL for (int c = 0; c < NV; ++c)
                 vstore_half16_rte(o[g * NV + c] * inv, c, out + (size_t)hq * D);
         } else {
@@ -270,7 +277,7 @@ __kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
                 vstore16(o[g * NV + c], c, dst);
             __global float* ml = ws + (size_t)S * Hq * D + ((size_t)split * Hq + hq) * 2;
             ml[0] = m[g];
-            ml[1] = l[g];
+            ml[1] = lt;
         }
     }
 }
