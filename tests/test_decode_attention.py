@@ -169,3 +169,29 @@ def test_cpu_accepts_misaligned_view(queue):
     flat = dpnp.zeros(k.size + 1, dtype=np.float16, sycl_queue=queue)
     flat[1:] = to_device(k.reshape(-1), queue)
     _close(xe2rt.decode_attention(qd, flat[1:].reshape(k.shape), vd, 20, target="cpu"), q, k, v, 20)
+
+
+def test_threads_on_one_queue_use_their_own_workspace(queue):
+    """Two threads calling on one queue with split contexts (S = 4 on a 2-unit cpu, a reduce per call): each
+    thread's workspace is its own, so every result matches its reference."""
+    import threading
+    length, results, errors = 1024, {}, []
+
+    def worker(seed):
+        try:
+            (q, k, v), (qd, kd, vd) = _inputs(queue, hq=4, hkv=1, d=64, t=length, seed=seed)
+            outs = [xe2rt.decode_attention(qd, kd, vd, length - i, target="cpu") for i in range(12)]
+            results[seed] = (q, k, v, [dpnp.asnumpy(y) for y in outs])
+        except Exception as exc:  # reported below, with the thread's seed
+            errors.append((seed, exc))
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in (21, 22)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for q, k, v, outs in results.values():
+        for i, y in enumerate(outs):
+            err = np.abs(y.astype(np.float64) - decode_attention_ref(q, k, v, length - i))
+            assert np.all(err <= decode_attention_bound(q, k, v, length - i))
