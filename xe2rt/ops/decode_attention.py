@@ -120,7 +120,8 @@ def _check(q, k_cache, v_cache, length, scale, out):
         raise InputError(f"{OP}: scale * log2(e) = {float(scale) * LOG2E!r} overflows fp32")
     queue = validate.same_queue(OP, q=q, k_cache=k_cache, v_cache=v_cache, out=out)
     validate.require_fp16(OP, queue)
-    validate.fits_int32(OP, max_tokens=max_tokens, Hq_x_D=hq * d)
+    # token indices in the kernels are 32-bit, and a split's end (start + chunk) may pass length by up to a chunk
+    validate.fits_int32(OP, max_tokens_x_2=2 * max_tokens + 32, Hq_x_D=hq * d)
     if out is not None:
         validate.out_array(OP, out, shape=(hq, d), dtype=np.float16, queue=queue,
                            inputs={"q": q, "k_cache": k_cache, "v_cache": v_cache})
