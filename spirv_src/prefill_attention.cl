@@ -35,8 +35,26 @@
 #define BN 16   /* tokens per KV tile */
 #define DMAX 128
 
+/* B operand Q^T for d = 16 c .. 16 c + 15 of query rows q0 .. q0 + 15 (VNNI: lane = row, pairs of d). */
+INLINE int8 load_qT(__global const half* Qh, int T, int q_pitch, int q0, int c, const int D)
+{
+    uint qq[8];
+    const int2 cq = (int2)(8 * c, q0);
+    B2D_READ_TRANSPOSE_32B_16R8(Qh, 2 * D, T, q_pitch, cq, qq);
+    return as_int8((uint8)(qq[0], qq[1], qq[2], qq[3], qq[4], qq[5], qq[6], qq[7]));
+}
+
+/* The software DPAS and 2D reads are calls on a GPU build, and a call with Q^T (64 GRF at D = 128) live beside the
+ * accumulators spilled; the xe2emu binaries re-read Q^T per tile instead (same values, more sends). */
+#if DPAS_EMU
+#define QT(i) load_qT(Qh, T, q_pitch, q0, (i), D)
+#else
+#define QT(i) qT[i]
+#endif
+
 /* One KV tile: t0 .. t0 + 15. masked: tokens past `lim` (this lane's last visible token) get no weight. */
-INLINE void attn_tile(__global const half* Kh, __global const half* Vh, int T, int kv_pitch, int t0, const int D,
+INLINE void attn_tile(__global const half* Qh, int q_pitch, int q0, __global const half* Kh, __global const half* Vh,
+                      int T, int kv_pitch, int t0, const int D,
                       const int8 qT[DMAX / 16], float8 o[DMAX / 8], float* m, float* l, float scale_log2,
                       const bool masked, int lim, const bool prefetch)
 {
@@ -51,7 +69,7 @@ INLINE void attn_tile(__global const half* Kh, __global const half* Vh, int T, i
             const int r = 16 * c + 8 * tb;
             const short8 a = as_short8((ushort8)(kk[r], kk[r + 1], kk[r + 2], kk[r + 3], kk[r + 4], kk[r + 5],
                                                  kk[r + 6], kk[r + 7]));
-            s[tb] = DPAS(a, qT[2 * c2 + c], s[tb]);
+            s[tb] = DPAS(a, QT(2 * c2 + c), s[tb]);
         }
     }
     float x[BN];
@@ -114,12 +132,10 @@ INLINE void prefill_xe2(__global const half* q, __global const half* k, __global
     __global const half* Vh = v + g * D;
 
     int8 qT[DMAX / 16];
-    UNROLL for (int c = 0; c < DMAX / 16; ++c) if (c < D / 16) {
-        uint qq[8];
-        const int2 cq = (int2)(8 * c, q0);
-        B2D_READ_TRANSPOSE_32B_16R8(Qh, 2 * D, T, q_pitch, cq, qq);
-        qT[c] = as_int8((uint8)(qq[0], qq[1], qq[2], qq[3], qq[4], qq[5], qq[6], qq[7]));
-    }
+#if !DPAS_EMU
+    UNROLL for (int c = 0; c < DMAX / 16; ++c) if (c < D / 16)
+        qT[c] = load_qT(Qh, T, q_pitch, q0, c, D);
+#endif
     float8 o[DMAX / 8];
     UNROLL for (int j = 0; j < DMAX / 8; ++j) o[j] = 0.0f;
     float m = -INFINITY, l = 0.0f;
@@ -129,9 +145,9 @@ INLINE void prefill_xe2(__global const half* q, __global const half* k, __global
     /* Full tiles: every token visible to every row of the block (causal: before the diagonal tile). */
     const int full = causal ? qb : T / BN;
     for (int t = 0; t < full; ++t)
-        attn_tile(Kh, Vh, T, kv_pitch, t * BN, D, qT, o, &m, &l, scale_log2, false, 0, true);
+        attn_tile(Qh, q_pitch, q0, Kh, Vh, T, kv_pitch, t * BN, D, qT, o, &m, &l, scale_log2, false, 0, true);
     if (full * BN < T) /* causal: the diagonal tile; else the tail past the last full tile */
-        attn_tile(Kh, Vh, T, kv_pitch, full * BN, D, qT, o, &m, &l, scale_log2, true, lim, false);
+        attn_tile(Qh, q_pitch, q0, Kh, Vh, T, kv_pitch, full * BN, D, qT, o, &m, &l, scale_log2, true, lim, false);
 
     if (row < T) {
         const float inv = 1.0f / l;
