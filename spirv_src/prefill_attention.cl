@@ -144,10 +144,19 @@ INLINE void prefill_xe2(__global const half* q, __global const half* k, __global
     const int lim = causal ? min(row, T - 1) : T - 1;
     /* Full tiles: every token visible to every row of the block (causal: before the diagonal tile). */
     const int full = causal ? qb : T / BN;
+    const int tiles = (causal ? q0 + BN : T + BN - 1) / BN; /* the last one is masked unless T % 16 == 0 (full) */
+#if DPAS_EMU
+    /* One inlined tile with the mask chosen at run time: half the code for the CPU runtime to build (the unrolled
+     * software DPAS takes it tens of seconds per copy); same loads, DPAS and softmax as the native kernels. */
+    for (int t = 0; t < tiles; ++t)
+        attn_tile(Qh, q_pitch, q0, Kh, Vh, T, kv_pitch, t * BN, D, qT, o, &m, &l, scale_log2, true,
+                  t < full ? T : lim, t < full);
+#else
     for (int t = 0; t < full; ++t)
         attn_tile(Qh, q_pitch, q0, Kh, Vh, T, kv_pitch, t * BN, D, qT, o, &m, &l, scale_log2, false, 0, true);
-    if (full * BN < T) /* causal: the diagonal tile; else the tail past the last full tile */
+    if (full < tiles) /* causal: the diagonal tile; else the tail past the last full tile */
         attn_tile(Qh, q_pitch, q0, Kh, Vh, T, kv_pitch, full * BN, D, qT, o, &m, &l, scale_log2, true, lim, false);
+#endif
 
     if (row < T) {
         const float inv = 1.0f / l;

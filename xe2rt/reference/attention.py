@@ -29,11 +29,12 @@ def prefill_attention_ref(q, k, v, *, causal: bool = True, scale: float | None =
         g = h // ratio
         for r0 in range(0, t, ROW_CHUNK):
             rows = np.arange(r0, min(r0 + ROW_CHUNK, t))
-            s = scale * (q64[rows, h] @ k64[:, g].T)
+            n = rows[-1] + 1 if causal else t  # causal: later tokens have no weight
+            s = scale * (q64[rows, h] @ k64[:n, g].T)
             if causal:
-                s = np.where(cols[None, :] <= rows[:, None], s, -np.inf)
+                s = np.where(cols[None, :n] <= rows[:, None], s, -np.inf)
             p = np.exp(s - s.max(axis=1, keepdims=True))
-            out[rows, h] = (p @ v64[:, g]) / p.sum(axis=1, keepdims=True)
+            out[rows, h] = (p @ v64[:n, g]) / p.sum(axis=1, keepdims=True)
     return out
 
 
@@ -62,9 +63,10 @@ def prefill_attention_bound(q, k, v, ref, *, causal: bool = True, scale: float |
         vmax = v64[:, g].max(axis=0)  # over all tokens: >= the visible ones
         for r0 in range(0, t, ROW_CHUNK):
             rows = np.arange(r0, min(r0 + ROW_CHUNK, t))
-            mag = q64[rows, h] @ k64[:, g].T
+            n = rows[-1] + 1 if causal else t
+            mag = q64[rows, h] @ k64[:n, g].T
             if causal:
-                mag = np.where(cols[None, :] <= rows[:, None], mag, 0.0)
+                mag = np.where(cols[None, :n] <= rows[:, None], mag, 0.0)
             score_err = (d + 2) * U32 * abs(scale) * math.log2(math.e) * mag.max(axis=1)
             delta = math.log(2) * score_err * (1 + 1e-6) + EXP2_ULP * 2 * U32 + U16
             pre = vmax[None, :] * (2 * delta / (1 - delta))[:, None] + acc * vmax[None, :]
