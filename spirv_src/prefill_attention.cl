@@ -19,11 +19,11 @@
  * diagonal, or the tail past T). Causal work-groups are issued heaviest first. Out-of-bounds 2D reads return zeros, so
  * tails need no loads of their own. DPAS_EMU / BLOCK2D_EMU swap in the software built-ins (the xe2emu family).
  *
- * XE2_SHAPE = 0 (cpu, TOOLCHAIN.md 6): a work-group is one 16-wide packet, a work-item one query row of one head.
- * Per chunk of KB tokens the packet converts the K and V chunk to fp32 in local memory ([token][d], read by every lane
- * at the same address: a broadcast operand), then each lane runs its KB scores over d (q from local memory [d][lane],
- * a plain vector load), the online softmax, and o[d] = alpha o[d] + sum_j p_j v[j][d] over d (o in local memory
- * [d][lane]). Chunks past the packet's last causal row are skipped.
+ * XE2_SHAPE = 0 (cpu, TOOLCHAIN.md 6): a first launch copies K and V to fp32, each KV head's rows contiguous
+ * (prefill_attention_kv_f32). Then a work-group is one 16-wide packet, a work-item one query row of one head. Per chunk
+ * of KB tokens each lane runs its KB scores over d (K rows read at addresses all lanes share: broadcast operands; q
+ * from local memory [d][lane], a plain vector load), the online softmax, and o[d] = alpha o[d] + sum_j p_j v[j][d]
+ * (o in local memory [d][lane], DU columns per pass). Chunks past the packet's last causal row are skipped.
  */
 #include "gemm_fp16_dpas.h"
 #include "block2d.h"
@@ -180,9 +180,33 @@ PREFILL_XE2_KERNEL(128)
 
 #define PACKET 16
 
-INLINE void prefill_cpu(__global const half* q, __global const half* k, __global const half* v, __global half* out,
-                        int T, int Hq, int Hkv, int causal, float scale_log2, const int D, __local float* q_st,
-                        __local float* o_st, __local float* k_st, __local float* v_st)
+/* K and V to fp32, per KV head contiguous: kv32[(g T + t) D + d] (k32 and v32 one after the other in `kv32`: k32 at
+ * 0, v32 at (Hkv T + KB) D), and KB zero rows after each, so the attention kernel's last chunk reads finite values
+ * (weight 0) without a bounds test. One work-item per 8 elements. */
+__kernel void prefill_attention_kv_f32(__global const half* k, __global const half* v, __global float* kv32, int T,
+                                       int Hkv, int D)
+{
+    const size_t i = get_global_id(0);
+    const size_t n = (size_t)T * Hkv * D / 8;
+    const size_t half_size = ((size_t)Hkv * T + KB) * D;
+    if (i < n) {
+        const size_t e = 8 * i;
+        const size_t t = e / ((size_t)Hkv * D), g = (e / D) % Hkv, d = e % D;
+        const size_t dst = ((size_t)g * T + t) * D + d;
+        vstore8(vload_half8(i, k), 0, kv32 + dst);
+        vstore8(vload_half8(i, v), 0, kv32 + half_size + dst);
+    } else if (i < n + KB * D / 8) {
+        const size_t dst = (size_t)Hkv * T * D + 8 * (i - n);
+        vstore8((float8)0.0f, 0, kv32 + dst);
+        vstore8((float8)0.0f, 0, kv32 + half_size + dst);
+    }
+}
+
+/* No barriers: the K/V rows are read straight from the fp32 copy at addresses every lane shares (broadcast memory
+ * operands). A barrier inside the chunk loop made the CPU runtime mask every vector operation of the loop (an extra
+ * and per fma, seen in its assembly). q_st / o_st are per-lane slices ([d][lane]) of local memory. */
+INLINE void prefill_cpu(__global const half* q, __global const float* kv32, __global half* out, int T, int Hq, int Hkv,
+                        int causal, float scale_log2, const int D, __local float* q_st, __local float* o_st)
 {
     const size_t lane = get_local_id(0);
     const int blocks = get_num_groups(0);
@@ -192,7 +216,8 @@ INLINE void prefill_cpu(__global const half* q, __global const half* k, __global
     const int q0 = qb * PACKET;
     const int row = q0 + (int)lane;
     const int row_c = row < T ? row : T - 1;
-    const size_t kv_stride = (size_t)Hkv * D;
+    __global const float* kh = kv32 + (size_t)g * T * D;
+    __global const float* vh = kv32 + ((size_t)Hkv * T + KB) * D + (size_t)g * T * D;
 
     __global const half* qr = q + ((size_t)row_c * Hq + h) * D;
     for (int d = 0; d < D; ++d) {
@@ -202,23 +227,13 @@ INLINE void prefill_cpu(__global const half* q, __global const half* k, __global
     float m = -INFINITY, l = 0.0f;
     const int last = causal ? min(q0 + PACKET, T) : T; /* tokens [0, last) matter to some row of the packet */
     for (int t0 = 0; t0 < last; t0 += KB) {
-        const int n = min(KB, last - t0);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int j = 0; j < KB; ++j) {
-            __global const half* kr = k + (size_t)(t0 + j) * kv_stride + (size_t)g * D;
-            __global const half* vr = v + (size_t)(t0 + j) * kv_stride + (size_t)g * D;
-            for (int d = 0; d < D; d += PACKET) {
-                /* rows past the chunk are zero (weight 0 times a zero row, never 0 x garbage) */
-                (k_st + j * D + d)[lane] = j < n ? vload_half(lane, kr + d) : 0.0f;
-                (v_st + j * D + d)[lane] = j < n ? vload_half(lane, vr + d) : 0.0f;
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        __global const float* kc = kh + (size_t)t0 * D;
+        __global const float* vc = vh + (size_t)t0 * D;
         float s[KB];
         UNROLL for (int j = 0; j < KB; ++j) s[j] = 0.0f;
         for (int d = 0; d < D; ++d) {
             const float qd = (q_st + d * PACKET)[lane];
-            UNROLL for (int j = 0; j < KB; ++j) s[j] = fma(qd, k_st[j * D + d], s[j]);
+            UNROLL for (int j = 0; j < KB; ++j) s[j] = fma(qd, kc[j * D + d], s[j]);
         }
         float mt = -INFINITY;
         UNROLL for (int j = 0; j < KB; ++j) {
@@ -236,10 +251,13 @@ INLINE void prefill_cpu(__global const half* q, __global const half* k, __global
         }
         l = l * alpha + sum;
         m = m_new;
-        for (int d = 0; d < D; ++d) {
-            float acc = (o_st + d * PACKET)[lane] * alpha;
-            UNROLL for (int j = 0; j < KB; ++j) acc = fma(s[j], v_st[j * D + d], acc);
-            (o_st + d * PACKET)[lane] = acc;
+        /* DU columns at a time: DU independent fma chains (one chain would wait on the fma latency KB times). */
+        for (int d = 0; d < D; d += DU) {
+            float acc[DU];
+            UNROLL for (int u = 0; u < DU; ++u) acc[u] = (o_st + (d + u) * PACKET)[lane] * alpha;
+            UNROLL for (int j = 0; j < KB; ++j) UNROLL for (int u = 0; u < DU; ++u)
+                acc[u] = fma(s[j], vc[j * D + d + u], acc[u]);
+            UNROLL for (int u = 0; u < DU; ++u) (o_st + (d + u) * PACKET)[lane] = acc[u];
         }
     }
     if (row < T) {
@@ -252,11 +270,11 @@ INLINE void prefill_cpu(__global const half* q, __global const half* k, __global
 
 #define PREFILL_CPU_KERNEL(DV)                                                                                      \
     XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \
-    __kernel void prefill_attention_d##DV(__global const half* q, __global const half* k, __global const half* v,  \
-                                          __global half* out, int T, int Hq, int Hkv, int causal, float scale_log2) \
+    __kernel void prefill_attention_d##DV(__global const half* q, __global const float* kv32, __global half* out,  \
+                                          int T, int Hq, int Hkv, int causal, float scale_log2)                    \
     {                                                                                                              \
-        __local float q_st[DV * PACKET], o_st[DV * PACKET], k_st[KB * DV], v_st[KB * DV];                         \
-        prefill_cpu(q, k, v, out, T, Hq, Hkv, causal, scale_log2, DV, q_st, o_st, k_st, v_st);                    \
+        __local float q_st[DV * PACKET], o_st[DV * PACKET];                                                        \
+        prefill_cpu(q, kv32, out, T, Hq, Hkv, causal, scale_log2, DV, q_st, o_st);                                 \
     }
 
 PREFILL_CPU_KERNEL(64)

@@ -8,8 +8,11 @@ the largest power of two dividing Hq / Hkv, at most GROUP_HEADS):
     local = (16, group_heads)    global = (ceil(T / 16) * 16, Hq)
 The rows of one head are a 2D region (width D * 2 bytes, pitch heads * D * 2 bytes, T rows) read with 2D block loads;
 its base must be 64-byte aligned (block2d.h), checked here before launch.
-Geometry, CPU shape: one 16-wide packet (work-group) per (16 query rows, query head), lane = query row, K/V chunks of
-KB tokens staged in local memory (static: (2 * 16 D + 2 * KB D) floats):
+Geometry, CPU shape: two launches. kv_f32 copies k and v to one fp32 scratch array, per KV head contiguous, KB zero
+rows after each (2 (Hkv T + KB) D floats; 8 elements per work-item):
+    global = ceil((T Hkv D + KB D) / 8) rounded up to 64, local = 64
+then one 16-wide packet (work-group) per (16 query rows, query head), lane = query row, K/V read from the scratch
+KB tokens at a time (local memory: 2 * 16 D floats, q and o per lane):
     local = (16, 1)              global = (ceil(T / 16) * 16, Hq)
 Causal launches issue the longest rows first (the kernels reverse the row-block index).
 
@@ -52,8 +55,16 @@ def geometry(constants: dict, t: int, hq: int, hkv: int) -> dict:
 
 
 def cpu_static_slm_bytes(constants: dict, d: int) -> int:
-    """Local memory the CPU-shaped kernel declares (q_st, o_st, k_st, v_st in prefill_attention.cl)."""
-    return 4 * (2 * ROWS * d + 2 * constants["KB"] * d)
+    """Local memory the CPU-shaped kernel declares (q_st, o_st in prefill_attention.cl)."""
+    return 4 * 2 * ROWS * d
+
+
+def cpu_scratch_floats(constants: dict, t: int, hkv: int, d: int) -> int:
+    """fp32 K and V copy of the CPU shape: per array Hkv T rows plus KB zero rows, D floats each."""
+    return 2 * (hkv * t + constants["KB"]) * d
+
+
+CONVERT_LOCAL = 64
 
 
 def _check_device_runs(family: str, target: str, queue) -> None:
@@ -114,8 +125,10 @@ def block2d_breaks(q, k, v, t: int, hq: int, hkv: int, d: int) -> list[str]:
     return breaks
 
 
-def run(q, k, v, *, causal: bool = True, scale=None, out=None, target: str | None = None, variant: str = "native"):
-    """Validate, launch, return (out, event)."""
+def run(q, k, v, *, causal: bool = True, scale=None, out=None, target: str | None = None, variant: str = "native",
+        events: list | None = None):
+    """Validate, launch, return (out, event of the last launch); `events`, a list, receives every launch's event in
+    order (the benchmark times their span)."""
     if variant not in FAMILIES:
         raise InputError(f"{OP}: variant must be one of {sorted(FAMILIES)}, got {variant!r}")
     queue, t, hq, hkv, d = _validate(q, k, v, causal, scale, out)
@@ -132,12 +145,23 @@ def run(q, k, v, *, causal: bool = True, scale=None, out=None, target: str | Non
         raise LaunchLimitError(f"{OP}: the cpu kernel needs {cpu_static_slm_bytes(constants, d)} bytes of local "
                                f"memory at D = {d}; device {queue.sycl_device.name!r} has "
                                f"{queue.sycl_device.local_mem_size}. Rebuild with a smaller KB.")
-    scale = d ** -0.5 if scale is None else float(scale)
+    scale_log2 = (d ** -0.5 if scale is None else float(scale)) * LOG2E
     o = out if out is not None else dpnp.empty((t, hq, d), dtype=np.float16, sycl_queue=queue)
     geo = geometry(constants, t, hq, hkv)
-    event = launch.launch(program.kernel(f"{OP}_d{d}"), [q, k, v, o, t, hq, hkv, int(bool(causal)), scale * LOG2E],
-                          geo["global"], geo["local"], queue)
-    return o, event
+    if constants["XE2_SHAPE"]:
+        event = launch.launch(program.kernel(f"{OP}_d{d}"), [q, k, v, o, t, hq, hkv, int(bool(causal)), scale_log2],
+                              geo["global"], geo["local"], queue)
+        if events is not None:
+            events.append(event)
+        return o, event
+    kv32 = dpnp.empty(cpu_scratch_floats(constants, t, hkv, d), dtype=np.float32, sycl_queue=queue)
+    items = ceil_div(ceil_div(t * hkv * d + constants["KB"] * d, 8), CONVERT_LOCAL) * CONVERT_LOCAL
+    steps = [launch.prepare(program.kernel(f"{OP}_kv_f32"), [k, v, kv32, t, hkv, d], items, CONVERT_LOCAL, queue),
+             launch.prepare(program.kernel(f"{OP}_d{d}"), [q, kv32, o, t, hq, hkv, int(bool(causal)), scale_log2],
+                            geo["global"], geo["local"], queue)]
+    events = [] if events is None else events
+    events.extend(launch.enqueue(step) for step in steps)
+    return o, events[-1]
 
 
 def prefill_attention(q, k, v, *, causal: bool = True, scale=None, out=None, target: str | None = None):
