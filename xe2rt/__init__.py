@@ -29,6 +29,7 @@ from .ops import gemm_fp16 as _gemm_fp16, gemv_fp16 as _gemv_fp16, gemv_w4a16 as
 from .ops import gemv_w8a16 as _gemv_w8a16, moe as _moe, routing as _routing  # noqa: E402
 from .ops import decoder_small as _decoder_small  # noqa: E402
 from .ops import decode_attention as _decode_attention  # noqa: E402
+from .ops import prefill_attention as _prefill_attention  # noqa: E402
 
 # The public ops: each call checked as the op checks it; warm calls replayed (xe2rt.fastcall).
 gemm_fp16 = _cached(_gemm_fp16.gemm_fp16)
@@ -46,6 +47,7 @@ silu_mul = _cached(_decoder_small.silu_mul)
 rope_kv = _decoder_small.rope_kv
 # warm calls replayed by an inner cached op that takes the per-thread workspace as an argument (see the module)
 decode_attention = _decode_attention.decode_attention
+prefill_attention = _cached(_prefill_attention.prefill_attention)
 from .quant import QuantizedW4, QuantizedW8, from_awq, from_gptq, quantize_w4, quantize_w8  # noqa: E402
 from .quant_experts import (QuantizedW4Experts, experts_from_awq, experts_from_gptq,  # noqa: E402
                             quantize_w4_experts)
@@ -60,5 +62,6 @@ __all__ = [
     "gemv_w4a16", "gemv_w8a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8", "from_gptq", "from_awq",
     "moe_ffn_w4a16", "moe_layer", "QuantizedW4Experts", "quantize_w4_experts", "experts_from_gptq",
     "experts_from_awq", "rms_norm", "rope_kv", "silu_mul", "decode_attention",
+    "prefill_attention",
     "Xe2rtError", "ArtifactError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",
 ]

@@ -15,6 +15,7 @@ FAMILIES = {
     "moe_ffn_w4a16": "xe2rt.bench.moe",
     "decoder_small": "xe2rt.bench.decoder",
     "decode_attention": "xe2rt.bench.attention",
+    "prefill_attention": "xe2rt.bench.attention_prefill",
 }
 # Not a timed family: the static hot-loop table of every bmg/lnl kernel (ocloc ISA + estimated ceilings per chip),
 # printed by `python -m xe2rt bench` after the timed table.
