@@ -2,8 +2,8 @@
  * optional uint8 zero points (xe2rt/quant.py: packed uchar [N, K/2], low nibble = even k; scales half [N, K/G]; zeros
  * uchar [N, K/G]; W[n, k] = (q - z) s with z = 8 when symmetric). A and C fp16, fp32 accumulation, one fp16 rounding
  * per output. The weights are dequantized inside the K loop, a chunk at a time: no fp16 copy of W is ever made.
- * One kernel per (group size, symmetric / zero point): gemm_w4a16_g{32,64,128}_{sym,zp}; G is a compile-time constant
- * in each. K is a multiple of G (>= 32), so every K chunk below is a whole number of 8-code words.
+ * One kernel per symmetric / zero point: gemm_w4a16_{sym,zp}; the group size G (32, 64 or 128) is an argument. K is a
+ * multiple of G, so every K chunk below is a whole number of 8-code words and of 32-k halves.
  *
  *  - XE2_SHAPE = 1 (bmg, lnl; seeds 001/002): a 16-lane sub-group owns a 32 x 64 tile of C as 4 x 4 DPAS accumulators
  *    (float8 each, lane = column), a work-group SGS_M x SGS_N sub-groups (x K slices reduced in SLM, as gemm_fp16).
@@ -14,9 +14,9 @@
  *    registers (seed 004's magic number): a pair of adjacent codes (k, k + 1) is moved into the low 4 bits of the two
  *    halves of a 32-bit word and OR-ed with 0x6400 6400, which reads as the half2 (1024 + q_k, 1024 + q_k+1); one half2
  *    subtraction of 1024 + z makes q - z exactly, one half2 multiply by the scale rounds it once to fp16 (the weight
- *    DPAS multiplies). 16 DPAS per 16 k, 64 per step, against 4 code reads + 4 A reads + 4-8 scale loads (+ 4-8 zero
- *    point loads). Tails: the 2D reads return zero outside A and W, so M, N and K tails need no code; scale / zero
- *    point indices are clamped in bounds (their columns or k are then multiplied by zero codes or never stored).
+ *    DPAS multiplies). 16 DPAS per 16 k, 64 per step, against 4 code reads + 4 A reads + 8 scale loads (+ 8 zero
+ *    point loads: per lane and 16-column block, the groups of the step's two 32-k halves).
+ *    Tails: the 2D reads return zero outside A and W, so M, N and K tails need no code; scale / zero point indices are clamped in bounds (their columns or k are then multiplied by zero codes or never stored).
  *    DPAS_EMU / BLOCK2D_EMU swap in the software built-ins so the same kernels run on the CPU device.
  *  - XE2_SHAPE = 0 (CPU device, TOOLCHAIN.md 6): the packet shape of gemm_fp16's cpu kn kernel. A work-group is one
  *    16-lane packet (one AVX-512 vector) owning RB x RM rows x 16 NJ columns (lane = column); per chunk of KB k it
@@ -66,34 +66,77 @@ INLINE int8 vnni_weights(uint w0, uint w1, half2 zb, half2 s)
     return (int8)(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
 }
 
-/* One 64-k step of the 32 x 64 tile (see the header). G = 32: the step holds two groups (k 0-31, 32-63), else one. */
-INLINE void step_w4(__global const half* A, __global const uchar* packed, __global const half* scales,
-                    __global const uchar* zeros, int M, int N, int K, int k0, int row0, int col0, int lane,
-                    float8 acc[MB][NB], const int G, const int ZP)
+/* The codes of 16 columns x 64 k (one transposed 2D read: lane l gets 8 words of row col0 + l) and, per lane, the
+ * scale and 1024 + zero point of the groups g0 and g1 of the step's two 32-k halves (equal for G >= 64; g1 clamped
+ * into the row on a last half step). Columns past N: the read gives zero codes, the scale index is clamped. */
+INLINE void load_codes(__global const uchar* packed, __global const half* scales, __global const uchar* zeros, int N,
+                       int K, int KG, int k0, int g0, int g1, int col0, int lane, __private uint* codes, half2* s,
+                       half2* zb, const int ZP)
 {
-    const int KG = K / G;
+    B2D_READ_TRANSPOSE_32B_16R8(packed, K / 2, N, K / 2, ((int2)(k0 / 8, col0)), codes);
+    const size_t col = (size_t)min(col0 + lane, N - 1);
+    s[0] = (half2)scales[col * KG + g0];
+    s[1] = (half2)scales[col * KG + g1];
+    zb[0] = (half2)(half)(1024 + (ZP ? (int)zeros[col * KG + g0] : 8));
+    zb[1] = (half2)(half)(1024 + (ZP ? (int)zeros[col * KG + g1] : 8));
+}
+
+#if DPAS_EMU
+/* The B operand of 16 k at k x 16 columns at col0, by the same loads and conversion as the native step (a transposed
+ * read starting at k, words 0 and 1 of it; the scale and zero point of k's group). */
+static __attribute__((noinline)) int8 emu_weights(__global const uchar* packed, __global const half* scales,
+                                                  __global const uchar* zeros, int N, int K, int g_shift, int k,
+                                                  int col0, const int ZP)
+{
+    const int KG = K >> g_shift;
+    uint codes[8];
+    half2 s[2], zb[2];
+    const int g = min(k >> g_shift, KG - 1);
+    load_codes(packed, scales, zeros, N, K, KG, k, g, g, col0, get_sub_group_local_id(), codes, s, zb, ZP);
+    return vnni_weights(codes[0], codes[1], zb[0], s[0]);
+}
+
+/* The DPAS A operand of 8 rows at row x 16 k at k: the native step's 2D read, 8 rows at a time. */
+static __attribute__((noinline)) short8 emu_a_block(__global const half* A, int M, int K, int k, int row)
+{
+    ushort a[DPAS_M];
+    B2D_READ_16B(8, 1, A, 2 * K, M, 2 * K, ((int2)(k, row)), a);
+    return as_short8((ushort8)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
+}
+#endif
+
+/* One 64-k step of the 32 x 64 tile (see the header); G = 1 << g_shift. */
+INLINE void step_w4(__global const half* A, __global const uchar* packed, __global const half* scales,
+                    __global const uchar* zeros, int M, int N, int K, int KG, int g_shift, int k0, int row0, int col0,
+                    int lane, float8 acc[MB][NB], const int ZP)
+{
+    const int g0 = k0 >> g_shift;
+    const int g1 = min((k0 + 32) >> g_shift, KG - 1);
+#if DPAS_EMU
+    /* Emulation only (the software built-ins are calls, and the step's code registers, scales, zero points, their
+     * per-lane addresses and a 32-row A block, live across them beside the 128 registers of the accumulators, made
+     * IGC spill the xe2emu build): each 16 k x 16 column B operand is made by one out-of-line call from uniform
+     * arguments (emu_weights), A is read in 8-row blocks at each use with a height of M + nb * (K >> 31), M at run
+     * time (K >= 0) but distinct per column block to the compiler, which would otherwise merge the repeated reads and
+     * keep the block live. Same values, same DPAS order as the native step below. */
+    const int opaque_zero = K >> 31;
+    UNROLL for (int kb = 0; kb < 4; ++kb) UNROLL for (int nb = 0; nb < NB; ++nb) {
+        const int k = k0 + DPAS_K * kb;
+        const int8 b = emu_weights(packed, scales, zeros, N, K, g_shift, k, col0 + DPAS_SG * nb, ZP);
+        UNROLL for (int mb = 0; mb < MB; ++mb)
+            acc[mb][nb] = DPAS(emu_a_block(A, M + nb * opaque_zero, K, k, row0 + DPAS_M * mb), b, acc[mb][nb]);
+    }
+#else
     uint codes[NB][8];
     half2 s[NB][2], zb[NB][2];
-    const int g0 = k0 / G;
-    const int g1 = G == 32 && g0 + 1 < KG ? g0 + 1 : g0;
-    UNROLL for (int nb = 0; nb < NB; ++nb) {
-        const int2 c = (int2)(k0 / 8, col0 + DPAS_SG * nb);
-        B2D_READ_TRANSPOSE_32B_16R8(packed, K / 2, N, K / 2, c, codes[nb]);
-        const int col = min(col0 + DPAS_SG * nb + lane, N - 1);
-        __global const half* srow = scales + (size_t)col * KG;
-        s[nb][0] = (half2)srow[g0];
-        zb[nb][0] = (half2)(half)(1024 + (ZP ? (int)zeros[(size_t)col * KG + g0] : 8));
-        if (G == 32) {
-            s[nb][1] = (half2)srow[g1];
-            zb[nb][1] = (half2)(half)(1024 + (ZP ? (int)zeros[(size_t)col * KG + g1] : 8));
-        }
-    }
+    UNROLL for (int nb = 0; nb < NB; ++nb)
+        load_codes(packed, scales, zeros, N, K, KG, k0, g0, g1, col0 + DPAS_SG * nb, lane, codes[nb], s[nb], zb[nb],
+                   ZP);
     UNROLL for (int kb = 0; kb < 4; ++kb) {
         ushort a[TILE_M];
         B2D_READ_16B(32, 1, A, 2 * K, M, 2 * K, ((int2)(k0 + DPAS_K * kb, row0)), a);
-        const int gi = G == 32 ? kb / 2 : 0;
         UNROLL for (int nb = 0; nb < NB; ++nb) {
-            const int8 b = vnni_weights(codes[nb][2 * kb], codes[nb][2 * kb + 1], zb[nb][gi], s[nb][gi]);
+            const int8 b = vnni_weights(codes[nb][2 * kb], codes[nb][2 * kb + 1], zb[nb][kb / 2], s[nb][kb / 2]);
             UNROLL for (int mb = 0; mb < MB; ++mb) {
                 const int r = DPAS_M * mb;
                 const short8 av = as_short8((ushort8)(a[r], a[r + 1], a[r + 2], a[r + 3], a[r + 4], a[r + 5],
@@ -102,12 +145,15 @@ INLINE void step_w4(__global const half* A, __global const uchar* packed, __glob
             }
         }
     }
+#endif
 }
 
 INLINE void gemm_w4_xe2(__global const half* A, __global const uchar* packed, __global const half* scales,
                         __global const uchar* zeros, __global const half* bias, __global half* C, int M, int N, int K,
-                        int has_bias, int act, __local float* partial, const int G, const int ZP)
+                        int G, int has_bias, int act, __local float* partial, const int ZP)
 {
+    const int KG = K / G;
+    const int g_shift = 31 - clz(G);
     const int lane = get_sub_group_local_id();
     const int sg_n = get_local_id(0) / DPAS_SG;
     const int sg_m = get_local_id(1);
@@ -124,7 +170,7 @@ INLINE void gemm_w4_xe2(__global const half* A, __global const uchar* packed, __
     const int2 range = xe2rt_slice_range((K + K_STEP - 1) / K_STEP, slice, slices);
     if (row0 < M && col0 < N)
         for (int s = range.s0; s < range.s1; ++s)
-            step_w4(A, packed, scales, zeros, M, N, K, s * K_STEP, row0, col0, lane, acc, G, ZP);
+            step_w4(A, packed, scales, zeros, M, N, K, KG, g_shift, s * K_STEP, row0, col0, lane, acc, ZP);
 
     if (slices > 1) {
         /* as gemm_fp16: slices 1.. park their tiles in SLM, slice 0 adds them in slice order */
@@ -149,13 +195,13 @@ INLINE void gemm_w4_xe2(__global const half* A, __global const uchar* packed, __
                           act);
 }
 
-#define W4_GEMM_KERNEL(NAME, G, ZP)                                                                                 \
+#define W4_GEMM_KERNEL(NAME, ZP)                                                                                     \
     XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \
     __kernel void NAME(__global const half* A, __global const uchar* packed, __global const half* scales,         \
                        __global const uchar* zeros, __global const half* bias, __global half* C, int M, int N,    \
-                       int K, int has_bias, int act, __local float* partial)                                      \
+                       int K, int G, int has_bias, int act, __local float* partial)                               \
     {                                                                                                              \
-        gemm_w4_xe2(A, packed, scales, zeros, bias, C, M, N, K, has_bias, act, partial, G, ZP);                   \
+        gemm_w4_xe2(A, packed, scales, zeros, bias, C, M, N, K, G, has_bias, act, partial, ZP);                   \
     }
 
 #else /* CPU shape */
@@ -168,8 +214,8 @@ INLINE void gemm_w4_xe2(__global const half* A, __global const uchar* packed, __
  * gemm_fp16.cl's kn kernels: size_t lane, uniform pointers with the lane added last, ternary clamps. */
 INLINE void gemm_w4_cpu(__global const half* A, __global const uchar* packed, __global const half* scales,
                         __global const uchar* zeros, __global const half* bias, __global half* C, int M, int N, int K,
-                        int has_bias, int act, __local float* b_st, __local float* a_st, __local float* acc_st,
-                        const int G, const int ZP)
+                        int G, int has_bias, int act, __local float* b_st, __local float* a_st, __local float* acc_st,
+                        const int ZP)
 {
     const size_t lane = get_local_id(0);
     const int row0 = get_group_id(0) * TILE_ROWS;
@@ -236,23 +282,19 @@ INLINE void gemm_w4_cpu(__global const half* A, __global const uchar* packed, __
     }
 }
 
-#define W4_GEMM_KERNEL(NAME, G, ZP)                                                                                 \
+#define W4_GEMM_KERNEL(NAME, ZP)                                                                                     \
     XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \
     __kernel void NAME(__global const half* A, __global const uchar* packed, __global const half* scales,         \
                        __global const uchar* zeros, __global const half* bias, __global half* C, int M, int N,    \
-                       int K, int has_bias, int act)                                                              \
+                       int K, int G, int has_bias, int act)                                                       \
     {                                                                                                              \
         __local float b_st[KB * TILE_COLS];                                                                        \
         __local float a_st[TILE_ROWS * KB];                                                                        \
         __local float acc_st[TILE_ROWS * TILE_COLS];                                                               \
-        gemm_w4_cpu(A, packed, scales, zeros, bias, C, M, N, K, has_bias, act, b_st, a_st, acc_st, G, ZP);        \
+        gemm_w4_cpu(A, packed, scales, zeros, bias, C, M, N, K, G, has_bias, act, b_st, a_st, acc_st, ZP);        \
     }
 
 #endif
 
-W4_GEMM_KERNEL(gemm_w4a16_g32_sym, 32, 0)
-W4_GEMM_KERNEL(gemm_w4a16_g64_sym, 64, 0)
-W4_GEMM_KERNEL(gemm_w4a16_g128_sym, 128, 0)
-W4_GEMM_KERNEL(gemm_w4a16_g32_zp, 32, 1)
-W4_GEMM_KERNEL(gemm_w4a16_g64_zp, 64, 1)
-W4_GEMM_KERNEL(gemm_w4a16_g128_zp, 128, 1)
+W4_GEMM_KERNEL(gemm_w4a16_sym, 0)
+W4_GEMM_KERNEL(gemm_w4a16_zp, 1)

@@ -15,9 +15,11 @@ from . import ops as _ops  # noqa: E402
 from .fastcall import cached as _cached  # noqa: E402
 from .ops import gemm_fp16 as _gemm_fp16, gemv_fp16 as _gemv_fp16, gemv_w4a16 as _gemv_w4a16  # noqa: E402
 from .ops import gemv_w8a16 as _gemv_w8a16, moe as _moe, routing as _routing  # noqa: E402
+from .ops import gemm_w4a16 as _gemm_w4a16  # noqa: E402
 
 # The public ops: each call checked as the op checks it; warm calls replayed (xe2rt.fastcall).
 gemm_fp16 = _cached(_gemm_fp16.gemm_fp16)
+gemm_w4a16 = _cached(_gemm_w4a16.gemm_w4a16)
 gemv_fp16 = _cached(_gemv_fp16.gemv_fp16)
 gemv_w4a16 = _cached(_gemv_w4a16.gemv_w4a16)
 gemv_w8a16 = _cached(_gemv_w8a16.gemv_w8a16)
@@ -37,7 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "info", "target_for", "__version__", "bind", "Plan", "warmup",
-    "gemv_w4a16", "gemv_w8a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8", "from_gptq", "from_awq",
+    "gemv_w4a16", "gemv_w8a16", "gemm_w4a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8", "from_gptq", "from_awq",
     "moe_ffn_w4a16", "moe_layer", "QuantizedW4Experts", "quantize_w4_experts", "experts_from_gptq",
     "experts_from_awq",
     "Xe2rtError", "ArtifactError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",

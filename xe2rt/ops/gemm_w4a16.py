@@ -50,8 +50,9 @@ def uses_gemv(m: int, bias, activation) -> bool:
     return m <= GEMV_MAX_M and bias is None and activation is None
 
 
-def kernel_name(group_size: int, symmetric: bool) -> str:
-    return f"{OP}_g{group_size}_{'sym' if symmetric else 'zp'}"
+def kernel_name(symmetric: bool) -> str:
+    """One kernel per symmetric / zero-point; the group size is an argument."""
+    return f"{OP}_{'sym' if symmetric else 'zp'}"
 
 
 def _address(a) -> int:
@@ -179,9 +180,9 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
     if k == 0:  # act(bias) from the kernels' empty K loop; zero-size arrays have no pointer to pass
         a = scales = dpnp.zeros(1, dtype=np.float16, sycl_queue=queue)
         packed = zeros = dpnp.zeros(1, dtype=np.uint8, sycl_queue=queue)
-    args = [a, packed, scales, zeros, bias if bias is not None else c, c, m, n, k,
+    args = [a, packed, scales, zeros, bias if bias is not None else c, c, m, n, k, qw.group_size,
             int(bias is not None), ACTIVATIONS[activation]]
-    kernel = program.kernel(kernel_name(qw.group_size, qw.symmetric))
+    kernel = program.kernel(kernel_name(qw.symmetric))
     if xe2_shape:
         geo = xe2_geometry(constants, targets.hw_threads(queue.sycl_device, program.target), m, n, k)
         args.append(max(1, geo["slm_floats"]))
