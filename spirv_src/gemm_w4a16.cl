@@ -119,12 +119,11 @@ INLINE void step_w4(__global const half* A, __global const uchar* packed, __glob
      * arguments (emu_weights), A is read in 8-row blocks at each use with a height of M + nb * (K >> 31), M at run
      * time (K >= 0) but distinct per column block to the compiler, which would otherwise merge the repeated reads and
      * keep the block live. Same values, same DPAS order as the native step below. */
-    const int opaque_zero = K >> 31;
     UNROLL for (int kb = 0; kb < 4; ++kb) UNROLL for (int nb = 0; nb < NB; ++nb) {
         const int k = k0 + DPAS_K * kb;
         const int8 b = emu_weights(packed, scales, zeros, N, K, g_shift, k, col0 + DPAS_SG * nb, ZP);
         UNROLL for (int mb = 0; mb < MB; ++mb)
-            acc[mb][nb] = DPAS(emu_a_block(A, M + nb * opaque_zero, K, k, row0 + DPAS_M * mb), b, acc[mb][nb]);
+            acc[mb][nb] = DPAS(emu_a_block(A, M + nb * (K >> 31), K, k, row0 + DPAS_M * mb), b, acc[mb][nb]);
     }
 #else
     uint codes[NB][8];
@@ -155,12 +154,15 @@ INLINE void gemm_w4_xe2(__global const half* A, __global const uchar* packed, __
     const int KG = K / G;
     const int g_shift = 31 - clz(G);
     const int lane = get_sub_group_local_id();
-    const int sg_n = get_local_id(0) / DPAS_SG;
-    const int sg_m = get_local_id(1);
-    const int slice = get_local_id(2);
+    /* The sub-group's place from its uniform id (linear id order: dimension 0 fastest), not from the per-lane local
+     * ids, which would stay live in registers across the K loop. */
     const int sgs_n = get_local_size(0) / DPAS_SG;
     const int sgs_m = get_local_size(1);
     const int slices = get_local_size(2);
+    const int sg_id = get_sub_group_id();
+    const int sg_n = sg_id % sgs_n;
+    const int sg_m = sg_id / sgs_n % sgs_m;
+    const int slice = sg_id / (sgs_n * sgs_m);
     const int row0 = (get_group_id(1) * sgs_m + sg_m) * TILE_M;
     const int col0 = (get_group_id(0) * sgs_n + sg_n) * TILE_N;
 
