@@ -16,7 +16,8 @@
  *    subtraction of 1024 + z makes q - z exactly, one half2 multiply by the scale rounds it once to fp16 (the weight
  *    DPAS multiplies). 16 DPAS per 16 k, 64 per step, against 4 code reads + 4 A reads + 8 scale loads (+ 8 zero
  *    point loads: per lane and 16-column block, the groups of the step's two 32-k halves).
- *    Tails: the 2D reads return zero outside A and W, so M, N and K tails need no code; scale / zero point indices are clamped in bounds (their columns or k are then multiplied by zero codes or never stored).
+ *    Tails: the 2D reads return zero outside A and W, so M, N and K tails need no code; scale / zero point indices
+ *    are clamped in bounds (their columns are never stored, their k meet zero codes and zero A).
  *    DPAS_EMU / BLOCK2D_EMU swap in the software built-ins so the same kernels run on the CPU device.
  *  - XE2_SHAPE = 0 (CPU device, TOOLCHAIN.md 6): the packet shape of gemm_fp16's cpu kn kernel. A work-group is one
  *    16-lane packet (one AVX-512 vector) owning RB x RM rows x 16 NJ columns (lane = column); per chunk of KB k it

@@ -83,7 +83,7 @@ def checks(quick: bool = False) -> list[Check]:
         (65, 200, 640, 128, False, {"bias": True, "activation": "gelu"}, ALL),
         (19, 64, 192, 64, True, {"activation": "gelu_erf"}, ALL),
         (5, 48, 256, 32, False, {"bias": True, "activation": "relu"}, ALL),
-        (3, 100, 256, 64, True, {}, ALL),
+        (3, 100, 256, 64, True, {}, ("cpu",)),  # gemv_w4a16's path (its bmg/lnl binaries: tests/test_gemv_w4a16.py)
         (129, 77, 96, 32, True, {"bias": True}, ("cpu",)),
         (33, 33, 64, 64, False, {}, ("cpu",)),
         (128, 1000, 1536, 128, True, {"bias": True, "activation": "gelu"}, ("cpu",)),

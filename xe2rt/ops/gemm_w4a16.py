@@ -122,6 +122,10 @@ def check_inputs(a, qw, bias, activation, out):
         raise InputError(f"{OP}: activation must be None, 'relu', 'gelu' (tanh form) or 'gelu_erf' (exact erf "
                          f"form), got {activation!r}")
     validate.device_array(OP, "a", a, dtypes=[np.float16], ndims=[2])
+    if isinstance(qw, QuantizedW4) and qw.sycl_queue is None:
+        qw.check(OP)
+        raise InputError(f"{OP}: qw's parts are numpy (host) arrays; the kernels need them on a's queue: "
+                         f"qw = qw.to_device(a.sycl_queue)")
     check_quantized(OP, qw, QuantizedW4, "xe2rt.quantize_w4 / from_gptq / from_awq")
     m, k = a.shape
     n, k_w = qw.shape
