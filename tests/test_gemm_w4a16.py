@@ -138,3 +138,17 @@ def test_xe2_refuses_short_k_and_unaligned(queue, rng, target):
 def test_native_xe2_target_refused_on_cpu_device(queue, setup):
     a, qw = setup
     expect_refused(xe2rt.TargetError, "needs an Intel Xe2 GPU", lambda: W.run(a, qw, target="bmg"))
+
+
+@pytest.mark.parametrize("target", ["bmg", "lnl"])
+def test_xe2_hot_loop_meets_the_bar(target):
+    """The AOT report (build_scripts/aot.py, ocloc's ISA) of both Xe2 kernels: no spills, no private-memory sends,
+    2D block loads in the hot loop, 64 DPAS per 64-k step and at least 2 DPAS per send."""
+    from xe2rt import artifacts
+    kernels = artifacts.manifest()["artifacts"][f"{target}/gemm_w4a16.spv"]["aot"]["kernels"]
+    assert set(kernels) == {"gemm_w4a16_sym", "gemm_w4a16_zp"}
+    for name, k in kernels.items():
+        hot = k["hot_loop"]
+        assert k["spill_size"] == 0 and k["private_sends"] == 0 and k["simd_size"] == 16, (name, k)
+        assert hot["block2d_loads"] >= 8 and hot["private_sends"] == 0, (name, hot)
+        assert hot["dpas"] == 64 and hot["dpas"] / hot["sends"] >= 2, (name, hot)
