@@ -152,3 +152,14 @@ def test_xe2_hot_loop_meets_the_bar(target):
         assert k["spill_size"] == 0 and k["private_sends"] == 0 and k["simd_size"] == 16, (name, k)
         assert hot["block2d_loads"] >= 8 and hot["private_sends"] == 0, (name, hot)
         assert hot["dpas"] == 64 and hot["dpas"] / hot["sends"] >= 2, (name, hot)
+
+
+def test_warm_calls_use_their_own_arrays(queue, rng, setup):
+    """xe2rt.gemm_w4a16 replays a warm call's launches (xe2rt.fastcall) with the new call's arrays."""
+    a, qw = setup
+    bias = to_device(rng.uniform(-1, 1, 96).astype(np.float16), queue)
+    for _ in range(3):
+        a2 = to_device(rng.uniform(-1, 1, a.shape).astype(np.float16), queue)
+        got = xe2rt.gemm_w4a16(a2, qw, bias=bias, activation="relu")
+        expect, _ = W.run(a2, qw, bias=bias, activation="relu")
+        assert np.array_equal(dpnp.asnumpy(got), dpnp.asnumpy(expect))
