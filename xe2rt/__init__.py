@@ -30,9 +30,11 @@ from .ops import gemv_w8a16 as _gemv_w8a16, moe as _moe, routing as _routing  # 
 from .ops import decoder_small as _decoder_small  # noqa: E402
 from .ops import decode_attention as _decode_attention  # noqa: E402
 from .ops import prefill_attention as _prefill_attention  # noqa: E402
+from .ops import gemm_w4a16 as _gemm_w4a16  # noqa: E402
 
 # The public ops: each call checked as the op checks it; warm calls replayed (xe2rt.fastcall).
 gemm_fp16 = _cached(_gemm_fp16.gemm_fp16)
+gemm_w4a16 = _cached(_gemm_w4a16.gemm_w4a16)
 gemv_fp16 = _cached(_gemv_fp16.gemv_fp16)
 gemv_w4a16 = _cached(_gemv_w4a16.gemv_w4a16)
 gemv_w8a16 = _cached(_gemv_w8a16.gemv_w8a16)
@@ -59,7 +61,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "info", "target_for", "__version__", "bind", "Plan", "warmup",
-    "gemv_w4a16", "gemv_w8a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8", "from_gptq", "from_awq",
+    "gemv_w4a16", "gemv_w8a16", "gemm_w4a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8",
+    "from_gptq", "from_awq",
     "moe_ffn_w4a16", "moe_layer", "QuantizedW4Experts", "quantize_w4_experts", "experts_from_gptq",
     "experts_from_awq", "rms_norm", "rope_kv", "silu_mul", "decode_attention",
     "prefill_attention",

@@ -5,6 +5,7 @@ Each family module exposes `cases(ctx) -> list[Case]`; FAMILIES maps the family 
 """
 FAMILIES = {
     "gemm_fp16": "xe2rt.bench.gemm_fp16",
+    "gemm_w4a16": "xe2rt.bench.gemm_w4a16",
     "gemv_fp16": "xe2rt.bench.gemv_fp16",
     "gemv_w4a16": "xe2rt.bench.gemv_w4a16",
     "gemv_w8a16": "xe2rt.bench.gemv_w8a16",
