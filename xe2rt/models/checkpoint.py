@@ -1,9 +1,12 @@
 """Hugging Face decoder checkpoints: config.json, safetensors (single file or shards), quantization formats.
 
-Reading is streamed: tensors come one at a time from memory-mapped safetensors files (the `safetensors` package; a
-file's mapping is dropped after every READ_WINDOW bytes so resident pages do not pile up), bfloat16 is converted to
-float16 in slices (numpy has no bfloat16, so those tensors are read at the header's byte offsets). Nothing holds a
-float32 copy of a model; the largest temporary is one tensor.
+Reading is streamed, tensor by tensor: every file's header is checked against its size first (truncated / corrupt
+files named). Integer tensors (packed 4-bit codes, zeros) come through the `safetensors` package's memory-mapped
+reader (the mapping dropped every READ_WINDOW bytes); float tensors are read in row slices of CONVERT_SLICE elements
+with positioned reads at the header's offsets and converted to float16 slice by slice (numpy has no bfloat16; and a
+mapping's touched pages would count in the resident set until unmapped). The two largest tensors (embeddings,
+lm_head) go to the device slice by slice, so the host never holds a whole copy of them; nothing holds a float32 copy
+of a model.
 
 Quantized linears (names are the module prefix + suffix; see TOOLCHAIN.md section 7 for the bit layouts):
   GPTQ v1 / v2      .qweight .qzeros .scales [.g_idx]   quant_method "gptq", bits 4; desc_act with a permuted g_idx
@@ -34,7 +37,7 @@ ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 QUANT_METHODS = ("gptq", "awq", "compressed-tensors")
 WEIGHT_MODES = ("auto", "fp16", "w4", "w8")
 READ_WINDOW = 256 << 20  # bytes read through one mapping before it is reopened (bounds resident file pages)
-CONVERT_SLICE = 1 << 22  # elements converted bf16/fp32 -> fp16 at a time
+CONVERT_SLICE = 1 << 20  # elements read (and converted bf16/fp32 -> fp16) at a time
 DTYPES = {"F16": np.float16, "F32": np.float32, "I32": np.int32, "I64": np.int64, "U8": np.uint8, "I8": np.int8,
           "BF16": None, "F64": np.float64, "I16": np.int16, "U32": np.uint32, "BOOL": np.bool_}
 ITEMSIZE = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "I64": 8, "U8": 1, "I8": 1, "F64": 8, "I16": 2, "U32": 4,
@@ -350,30 +353,48 @@ class Checkpoint:
         self._window += t.end - t.begin
         return handle.get_tensor(name)
 
-    def fp16(self, name: str, shape: tuple | None = None) -> np.ndarray:
-        """A float tensor as float16; bfloat16 / float32 values that overflow float16 raise naming the tensor."""
+    def fp16_rows(self, name: str, shape: tuple | None = None):
+        """(first row, float16 rows) slices of a float tensor, about CONVERT_SLICE elements each, converted slice by
+        slice (bfloat16 / float32 values that overflow float16 raise, naming the tensor). Float tensors, nearly all
+        of a model's bytes, are read with positioned reads rather than through a mapping: mapped file pages count
+        in the process's resident set until unmapped, which would double a large tensor's footprint."""
         t = self.info(name, shape, ("F16", "BF16", "F32"))
-        if t.dtype == "F16":
-            return np.ascontiguousarray(self.raw(name))
+        rows = t.shape[0] if t.shape else 1
+        per_row = max(1, math.prod(t.shape[1:]))
+        step = max(1, CONVERT_SLICE // per_row)
+        src_dtype = {"F16": np.float16, "BF16": np.uint16, "F32": np.float32}[t.dtype]
+        itemsize = ITEMSIZE[t.dtype]
+        with open(t.file, "rb") as f:
+            for r in range(0, rows, step):
+                n = min(step, rows - r)
+                f.seek(t.begin + r * per_row * itemsize)
+                part = np.fromfile(f, dtype=src_dtype, count=n * per_row).reshape(n, per_row)
+                if part.shape[0] != n:
+                    raise CheckpointError(f"{t.file}: truncated while reading {name!r}")
+                self.bytes_read += part.nbytes
+                if t.dtype == "F16":
+                    yield r, part.reshape((n,) + t.shape[1:])
+                    continue
+                f32 = (part.astype(np.uint32) << np.uint32(16)).view(np.float32) if t.dtype == "BF16" else part
+                with np.errstate(over="ignore"):
+                    half = f32.astype(np.float16)
+                bad = np.isinf(half)
+                if bad.any() and np.isfinite(f32[bad]).any():
+                    j = np.argwhere(bad & np.isfinite(f32))[0]
+                    index = np.unravel_index((r + int(j[0])) * per_row + int(j[1]), t.shape)
+                    raise CheckpointError(f"{self.folder}: tensor {name!r} ({t.dtype}) holds "
+                                          f"{float(f32[j[0], j[1]]):.6g} at {tuple(int(i) for i in index)}, which "
+                                          f"overflows float16 (max 65504)")
+                del f32
+                yield r, half.reshape((n,) + t.shape[1:])
+
+    def fp16(self, name: str, shape: tuple | None = None) -> np.ndarray:
+        """A float tensor as float16 numpy (bfloat16 / float32 converted; overflow raises naming the tensor)."""
+        t = self.info(name, shape, ("F16", "BF16", "F32"))
         out = np.empty(t.shape, np.float16)
-        flat = out.reshape(-1)
-        if t.dtype == "BF16":
-            src = np.memmap(t.file, dtype=np.uint16, mode="r", offset=t.begin, shape=(math.prod(t.shape),))
-        else:
-            src = self.raw(name).reshape(-1)
-        self.bytes_read += (t.end - t.begin) if t.dtype == "BF16" else 0
-        for s in range(0, flat.size, CONVERT_SLICE):
-            part = src[s:s + CONVERT_SLICE]
-            f32 = (part.astype(np.uint32) << 16).view(np.float32) if t.dtype == "BF16" else part
-            with np.errstate(over="ignore"):
-                flat[s:s + CONVERT_SLICE] = f32
-            bad = np.isinf(flat[s:s + CONVERT_SLICE]) & np.isfinite(f32)
-            if bad.any():
-                j = int(np.argmax(bad))
-                index = np.unravel_index(s + j, t.shape)
-                raise CheckpointError(f"{self.folder}: tensor {name!r} ({t.dtype}) holds {float(f32[j]):.6g} at "
-                                      f"{tuple(int(i) for i in index)}, which overflows float16 (max 65504)")
-        del src
+        view = out.reshape((t.shape[0] if t.shape else 1,) + t.shape[1:])
+        for r, part in self.fp16_rows(name, shape):
+            view[r:r + len(part)] = part
         return out
 
 

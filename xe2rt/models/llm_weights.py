@@ -121,9 +121,22 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
             out["layers"].append(layer)
             tick()
         out["norm"] = place(ckpt.fp16("model.norm.weight", (h,)))
+        head_mode = _head_mode(cfg, ckpt, weights)
+        streamed = getattr(place, "rows", None)
+        if streamed is not None and not (cfg.tie_embeddings and head_mode in ("w4", "w8")):
+            # the largest tensors go to the device in row slices: no whole host copy beside the device one
+            out["embed"] = streamed((cfg.vocab, h), ckpt.fp16_rows("model.embed_tokens.weight", (cfg.vocab, h)))
+            tick()
+            if cfg.tie_embeddings:
+                out["lm_head"] = out["embed"]
+            elif quantized_kind(ckpt, "lm_head") == "float" and head_mode in ("auto", "fp16"):
+                out["lm_head"] = streamed((cfg.vocab, h), ckpt.fp16_rows("lm_head.weight", (cfg.vocab, h)))
+            else:
+                out["lm_head"] = place(linear("lm_head", cfg.vocab, h, head_mode))
+            tick()
+            return cfg, out
         embed = ckpt.fp16("model.embed_tokens.weight", (cfg.vocab, h))
         tick()
-        head_mode = _head_mode(cfg, ckpt, weights)
         if cfg.tie_embeddings:
             if "lm_head.weight" in ckpt and not np.array_equal(ckpt.fp16("lm_head.weight"), embed):
                 raise CheckpointError(f"{folder}: config.json says tie_word_embeddings true but lm_head.weight "
@@ -141,7 +154,6 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
         ckpt.close()
         if bar is not None:
             bar.close()
-    out["file_bytes"] = ckpt.nbytes
     return cfg, out
 
 
@@ -177,6 +189,13 @@ def device_placer(queue):
         if isinstance(obj, (QuantizedW4, QuantizedW8, QuantizedW4Experts)):
             return obj.to_device(queue)
         return dpnp.asarray(obj, sycl_queue=queue)
+
+    def rows(shape, slices):
+        dest = dpnp.empty(shape, dtype=np.float16, sycl_queue=queue)
+        for r, part in slices:
+            dest[r:r + len(part)] = dpnp.asarray(part, sycl_queue=queue)
+        return dest
+    place.rows = rows
     return place
 
 
