@@ -270,14 +270,18 @@ print(before, peak, weight_bytes(w))
 """
 
 
-@pytest.mark.parametrize("mode", ["auto", "w4"])
-def test_load_peak_rss(tmp_path, mode):
-    """Peak RSS growth while loading onto the device <= 1.5x the loaded weights' bytes (bf16 file, streamed)."""
+@pytest.fixture(scope="module")
+def rss_checkpoint(tmp_path_factory):
     raw = dict(rnd.shipped_config("tiny-llama"), vocab_size=32768, hidden_size=1024, intermediate_size=2048,
                num_attention_heads=8, num_key_value_heads=2, head_dim=128)
-    out = rnd.write(raw, tmp_path, fmt="bf16", layers=2)
-    res = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(out), mode], capture_output=True, text=True,
-                         timeout=300)
+    return rnd.write(raw, tmp_path_factory.mktemp("rss"), fmt="bf16", layers=2)
+
+
+@pytest.mark.parametrize("mode", ["auto", "w4"])
+def test_load_peak_rss(rss_checkpoint, mode):
+    """Peak RSS growth while loading onto the device <= 1.5x the loaded weights' bytes (bf16 file, streamed)."""
+    res = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(rss_checkpoint), mode], capture_output=True,
+                         text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     before, peak, wbytes = map(int, res.stdout.split())
     assert wbytes > 30e6

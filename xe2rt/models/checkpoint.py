@@ -531,12 +531,15 @@ def load_linear(ckpt: Checkpoint, cfg: ModelConfig, prefix: str, n: int, k: int,
     kind = quantized_kind(ckpt, prefix)
     q = cfg.quant
     if kind == "float":
-        w = ckpt.fp16(f"{prefix}.weight", (n, k))
-        if mode == "w4":
-            return quantize_w4(w, group_size=group_size)
-        if mode == "w8":
-            return quantize_w8(w)
-        return w
+        if mode in ("w4", "w8"):  # rows quantize independently: slice by slice, no whole float16 copy
+            parts = [quantize_w4(rows.reshape(-1, k), group_size=group_size) if mode == "w4" else
+                     quantize_w8(rows.reshape(-1, k)) for _, rows in ckpt.fp16_rows(f"{prefix}.weight", (n, k))]
+            if mode == "w8":
+                return QuantizedW8(np.concatenate([p.qweight for p in parts]),
+                                   np.concatenate([p.scales for p in parts]))
+            return QuantizedW4(np.concatenate([p.packed for p in parts]), np.concatenate([p.scales for p in parts]),
+                               None, group_size)
+        return ckpt.fp16(f"{prefix}.weight", (n, k))
     if mode == "w8":
         raise UnsupportedModelError(f"{ckpt.folder}: {prefix} is stored 4-bit; weights='w8' needs float weights "
                                     f"(use 'auto' or 'fp16')")
