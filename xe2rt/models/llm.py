@@ -38,8 +38,14 @@ MOE_CHUNK = 64  # moe_ffn_w4a16 takes at most 64 tokens per call
 
 
 def _op(name: str):
+    import importlib
     import xe2rt
     fn = getattr(xe2rt, name, None)
+    if fn is None:  # an op whose module exists but is not exported yet
+        try:
+            fn = getattr(importlib.import_module(f"xe2rt.ops.{name}"), name, None)
+        except ImportError:
+            fn = None
     if fn is None:
         raise NotImplementedError(f"xe2rt.{name} is not in this build (a decoder op of issue 16); the LLM runner "
                                   f"needs it")
