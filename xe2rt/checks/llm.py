@@ -45,10 +45,17 @@ def _folder(config: str, opts: tuple) -> Path:
     return rnd.write(config, root / config, seed=11, **dict(opts))
 
 
+_models: dict = {}
+
+
 def _model(queue, config, opts, load_opts):
+    """One loaded model per case and queue, shared by its prompt and decode checks (the last case's only)."""
     from ..models import llm
-    return llm.load(_folder(config, tuple(sorted(opts.items()))), queue=queue, max_tokens=64, progress=False,
-                    **load_opts)
+    key = (queue, config, tuple(sorted(opts.items())), tuple(sorted(load_opts.items())))
+    if key not in _models:
+        _models.clear()
+        _models[key] = llm.load(_folder(config, key[2]), queue=queue, max_tokens=64, progress=False, **load_opts)
+    return _models[key]
 
 
 def _worst(got, want) -> tuple[float, int]:
