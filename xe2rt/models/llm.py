@@ -86,7 +86,11 @@ class DecoderLM:
         self.v_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
         self.cache_bytes = 2 * cfg.layers * int(np.prod(shape)) * 2
         self.positions = dpnp.arange(max_tokens, dtype=np.int32, sycl_queue=queue)
-        self.timer = None  # set by profile(): called with a family name after each step's op
+        self.timer = None  # set by profile_step(): called with a family name after each op
+        # positions come from our own arange: the op's optional readback check of them would wait every step
+        import inspect
+        self._rope_extra = {"check_positions": False} if "check_positions" in inspect.signature(
+            _op("rope_kv")).parameters else {}
 
     # ------------------------------------------------------------------------------------------------- checks
     def _check_ids(self, ids, what: str = "ids") -> np.ndarray:
@@ -131,14 +135,19 @@ class DecoderLM:
         return y
 
     def _forward(self, tok, start: int, last_only: bool):
-        """Hidden -> logits fp16 [T or 1, V] for tokens `tok` (device int array [T]) at positions [start, start+T)."""
+        """Logits fp16 [T or 1, V] for tokens at positions [start, start+T): `tok` a device int array [T] (gathered
+        from the embeddings on the device) or a host int (one decode token: its embedding row is a view, no launch;
+        rms_norm never writes its inputs, so the view is only read)."""
         cfg, w = self.cfg, self.w
         rms_norm, rope_kv = _op("rms_norm"), _op("rope_kv")
         import xe2rt
-        t = int(tok.shape[0])
         d, hq, hkv = cfg.head_dim, cfg.heads, cfg.kv_heads
-        x = dpnp.take(w["embed"], tok, axis=0)
-        self._t("embedding")
+        if isinstance(tok, int):
+            t, x = 1, w["embed"][tok:tok + 1]
+        else:
+            t = int(tok.shape[0])
+            x = dpnp.take(w["embed"], tok, axis=0)
+            self._t("embedding")
         pos = self.positions[start:start + t]
         delta = None
         for i, layer in enumerate(w["layers"]):
@@ -155,7 +164,7 @@ class DecoderLM:
             q, k, v = q.reshape(t, hq, d), k.reshape(t, hkv, d), v.reshape(t, hkv, d)
             qk_norm = (layer["q_norm"], layer["k_norm"], cfg.eps) if cfg.qk_norm else None
             rope_kv(q, k, v, pos, self.k_cache[i], self.v_cache[i], theta=cfg.rope_theta, scaling=cfg.rope_scaling,
-                    qk_norm=qk_norm)
+                    qk_norm=qk_norm, **self._rope_extra)
             self._t("rope_kv")
             if t == 1 and start > 0:
                 a = _op("decode_attention")(q.reshape(hq, d), self.k_cache[i], self.v_cache[i], start + 1)
@@ -246,7 +255,7 @@ class DecoderLM:
                 stream(token)
             if len(out) == max_new_tokens or token in stops:
                 break
-            logits = self._forward(tok, pos, True)
+            logits = self._forward(token, pos, True)
             pos += 1
         tokens = np.asarray(out, np.int32)
         return (tokens, np.stack(kept)) if return_logits else tokens
@@ -317,7 +326,7 @@ class DecoderLM:
             raise InputError(f"profile_step: prompt + steps exceeds max_tokens = {self.max_tokens}")
         times: dict = {}
         logits = self._forward(dpnp.asarray(a, sycl_queue=self.queue), 0, True)
-        tok = dpnp.argmax(logits[0]).reshape(1)
+        token = int(dpnp.argmax(logits[0]))
         self.queue.wait()
         last = [time.perf_counter()]
 
@@ -330,8 +339,8 @@ class DecoderLM:
         self.timer = timer
         try:
             for s in range(steps):
-                logits = self._forward(tok, a.size + s, True)
-                tok = dpnp.argmax(logits[0]).reshape(1)
+                logits = self._forward(token, a.size + s, True)
+                token = int(dpnp.argmax(logits[0]))
                 timer("sampling")
         finally:
             self.timer = None
