@@ -35,6 +35,7 @@ from .checkpoint import check_mode, read_config, tokenizer_for
 from .llm_weights import device_placer, load_weights, weight_bytes
 
 MOE_CHUNK = 64  # moe_ffn_w4a16 takes at most 64 tokens per call
+ARG_ROW = 512  # xe2rt.topk's largest row (N_MAX)
 
 
 def _op(name: str):
@@ -86,6 +87,14 @@ class DecoderLM:
         self.v_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
         self.cache_bytes = 2 * cfg.layers * int(np.prod(shape)) * 2
         self.positions = dpnp.arange(max_tokens, dtype=np.int32, sycl_queue=queue)
+        # Greedy argmax in two xe2rt.topk launches (rows of ARG_ROW logits, then the row maxima): the decode
+        # logits row lives in a buffer padded to whole rows with -inf, so no copy is needed.
+        rows = -(-cfg.vocab // ARG_ROW)
+        self._arg_rows = rows if rows <= ARG_ROW else 0
+        self._logit_buf = self._logit_row = None
+        if self._arg_rows:
+            self._logit_buf = dpnp.full(rows * ARG_ROW, -np.inf, dtype=np.float16, sycl_queue=queue)
+            self._logit_row = self._logit_buf[:cfg.vocab].reshape(1, cfg.vocab)
         self.timer = None  # set by profile_step(): called with a family name after each op
         # positions come from our own arange: the op's optional readback check of them would wait every step
         import inspect
@@ -114,23 +123,23 @@ class DecoderLM:
         if self.timer is not None:
             self.timer(family)
 
-    def _linear(self, x, w, family: str = "linear"):
+    def _linear(self, x, w, out=None):
         m = x.shape[0]
         import xe2rt
         if isinstance(w, QuantizedW4):
-            y = xe2rt.gemv_w4a16(x, w) if m <= MAX_M else _op("gemm_w4a16")(x, w)
+            y = xe2rt.gemv_w4a16(x, w, out=out) if m <= MAX_M else _op("gemm_w4a16")(x, w, out=out)
             self._t("w4 gemv" if m <= MAX_M else "w4 gemm")
             return y
         if isinstance(w, QuantizedW8):
             if m <= MAX_M:
-                y = xe2rt.gemv_w8a16(x, w)
+                y = xe2rt.gemv_w8a16(x, w, out=out)
             else:
-                y = dpnp.empty((m, w.shape[0]), dtype=np.float16, sycl_queue=self.queue)
+                y = out if out is not None else dpnp.empty((m, w.shape[0]), dtype=np.float16, sycl_queue=self.queue)
                 for r in range(0, m, MAX_M):
                     xe2rt.gemv_w8a16(x[r:r + MAX_M], w, out=y[r:r + MAX_M])
             self._t("w8 gemv")
             return y
-        y = xe2rt.gemv_fp16(x, w) if m <= MAX_M else xe2rt.gemm_fp16(x, w, b_layout="nk")
+        y = xe2rt.gemv_fp16(x, w, out=out) if m <= MAX_M else xe2rt.gemm_fp16(x, w, b_layout="nk", out=out)
         self._t("fp16 gemv" if m <= MAX_M else "fp16 gemm")
         return y
 
@@ -194,7 +203,7 @@ class DecoderLM:
         self._t("rms_norm")
         if last_only and t > 1:
             y = y[t - 1:t]
-        return self._linear(y, w["lm_head"])
+        return self._linear(y, w["lm_head"], out=self._logit_row if (last_only or t == 1) else None)
 
     # ----------------------------------------------------------------------------------------------- public
     def logits(self, ids) -> np.ndarray:
@@ -243,10 +252,9 @@ class DecoderLM:
         logits = self._forward(dpnp.asarray(a, sycl_queue=self.queue), 0, True)
         pos = a.size
         while True:
-            tok = self._choose(logits[0], temperature, top_k, top_p, rng)
             if return_logits:
                 kept.append(dpnp.asnumpy(logits[0]).astype(np.float32))
-            token = int(dpnp.asnumpy(tok)[0])  # the one readback of a step
+            token = self._choose(logits, temperature, top_k, top_p, rng)  # the one readback of a step
             t1 = time.perf_counter()
             self.step_seconds.append(t1 - t0)
             t0 = t1
@@ -260,11 +268,18 @@ class DecoderLM:
         tokens = np.asarray(out, np.int32)
         return (tokens, np.stack(kept)) if return_logits else tokens
 
-    def _choose(self, row, temperature, top_k, top_p, rng):
-        """The next token as a device int array [1], chosen on the device."""
+    def _choose(self, logits, temperature, top_k, top_p, rng) -> int:
+        """The next token, chosen on the device from logits [1, V]; only the choice is read back."""
         if temperature == 0:
-            return dpnp.argmax(row).reshape(1)
-        scaled = row.astype(np.float32) / np.float32(temperature)
+            if self._arg_rows and logits is self._logit_row:
+                import xe2rt
+                vals, idx = xe2rt.topk(self._logit_buf.reshape(self._arg_rows, ARG_ROW), 1)
+                _, row = xe2rt.topk(vals.reshape(1, self._arg_rows), 1)
+                self._t("argmax")
+                r = int(dpnp.asnumpy(row)[0, 0])
+                return r * ARG_ROW + int(dpnp.asnumpy(idx[r])[0])
+            return int(dpnp.asnumpy(dpnp.argmax(logits[0])))
+        scaled = logits[0].astype(np.float32) / np.float32(temperature)
         order = dpnp.argsort(-scaled)
         if top_k:
             order = order[:top_k]
@@ -276,7 +291,7 @@ class DecoderLM:
         cdf = dpnp.cumsum(p)
         j = dpnp.searchsorted(cdf, cdf[-1:] * np.float32(rng.random()), side="right")
         j = dpnp.minimum(j, order.shape[0] - 1)
-        return order[j].astype(np.int32)
+        return int(dpnp.asnumpy(order[j])[0])
 
     # ----------------------------------------------------------------------------------------------- tools
     def reference_weights(self) -> dict:
@@ -326,7 +341,7 @@ class DecoderLM:
             raise InputError(f"profile_step: prompt + steps exceeds max_tokens = {self.max_tokens}")
         times: dict = {}
         logits = self._forward(dpnp.asarray(a, sycl_queue=self.queue), 0, True)
-        token = int(dpnp.argmax(logits[0]))
+        token = self._choose(logits, 0.0, 0, 1.0, None)
         self.queue.wait()
         last = [time.perf_counter()]
 
@@ -340,8 +355,8 @@ class DecoderLM:
         try:
             for s in range(steps):
                 logits = self._forward(token, a.size + s, True)
-                token = int(dpnp.argmax(logits[0]))
-                timer("sampling")
+                token = self._choose(logits, 0.0, 0, 1.0, None)
+                timer("argmax readback")
         finally:
             self.timer = None
         return {k: v / steps for k, v in times.items()}
