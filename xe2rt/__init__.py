@@ -15,6 +15,7 @@ from . import ops as _ops  # noqa: E402
 from .fastcall import cached as _cached  # noqa: E402
 from .ops import gemm_fp16 as _gemm_fp16, gemv_fp16 as _gemv_fp16, gemv_w4a16 as _gemv_w4a16  # noqa: E402
 from .ops import gemv_w8a16 as _gemv_w8a16, moe as _moe, routing as _routing  # noqa: E402
+from .ops import decoder_small as _decoder_small  # noqa: E402
 
 # The public ops: each call checked as the op checks it; warm calls replayed (xe2rt.fastcall).
 gemm_fp16 = _cached(_gemm_fp16.gemm_fp16)
@@ -26,6 +27,10 @@ topk = _cached(_routing.topk)
 # check_ids=True reads the ids back on every call: such calls always run the op.
 moe_ffn_w4a16 = _cached(_moe.moe_ffn_w4a16, uncached_if=("check_ids",))
 moe_layer = _cached(_moe.moe_layer, uncached_if=("check_ids",))
+rms_norm = _cached(_decoder_small.rms_norm)
+silu_mul = _cached(_decoder_small.silu_mul)
+# rope_kv reads positions back by default and passes a device inv_freq table the cache cannot express: not cached.
+rope_kv = _decoder_small.rope_kv
 from .quant import QuantizedW4, QuantizedW8, from_awq, from_gptq, quantize_w4, quantize_w8  # noqa: E402
 from .quant_experts import (QuantizedW4Experts, experts_from_awq, experts_from_gptq,  # noqa: E402
                             quantize_w4_experts)
@@ -39,6 +44,6 @@ __all__ = [
     "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "info", "target_for", "__version__", "bind", "Plan", "warmup",
     "gemv_w4a16", "gemv_w8a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8", "from_gptq", "from_awq",
     "moe_ffn_w4a16", "moe_layer", "QuantizedW4Experts", "quantize_w4_experts", "experts_from_gptq",
-    "experts_from_awq",
+    "experts_from_awq", "rms_norm", "rope_kv", "silu_mul",
     "Xe2rtError", "ArtifactError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",
 ]

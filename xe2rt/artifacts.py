@@ -90,7 +90,8 @@ class Program:
             raise ArtifactError(f"{self.path}: kernel {name!r} listed in the manifest is missing from the built "
                                 f"program")
         return Kernel(name=name, family=self.family, target=self.target,
-                      params=tuple(Param(**p) for p in self.entry["kernels"][name]),
+                      params=tuple(Param(p["name"], p["type"], p["space"], p["const"])
+                                   for p in self.entry["kernels"][name]),
                       sycl_kernel=sycl_program.get_sycl_kernel(name), constants=self.entry["constants"])
 
 
