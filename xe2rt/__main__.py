@@ -9,11 +9,8 @@ import sys
 COMMANDS = {
     "info": ("xe2rt.info", "devices, chosen target, shipped binaries and their AOT report"),
     "bench": ("xe2rt.bench.cli", "benchmark every kernel family against the device's bandwidth"),
-<<<<<<< HEAD
     "generate": ("xe2rt.models.cli", "generate text with a Hugging Face decoder folder (Llama, Qwen3, Qwen3-MoE)"),
-=======
     "build": ("xe2rt.build.cli", "build OpenCL C (or a spec .toml) into per-target SPIR-V with a manifest"),
->>>>>>> main
 }
 
 

@@ -13,11 +13,8 @@ FAMILIES = {
     "softmax_topk": "xe2rt.bench.routing",
     "tp": "xe2rt.bench.tp",
     "moe_ffn_w4a16": "xe2rt.bench.moe",
-<<<<<<< HEAD
     "decode": "xe2rt.bench.decode",
-=======
     "decoder_small": "xe2rt.bench.decoder",
->>>>>>> main
 }
 # Not a timed family: the static hot-loop table of every bmg/lnl kernel (ocloc ISA + estimated ceilings per chip),
 # printed by `python -m xe2rt bench` after the timed table.
