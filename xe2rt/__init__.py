@@ -1,12 +1,24 @@
 """xe2rt: hand-tuned Intel Xe2 (Battlemage, Lunar Lake) kernels for dpnp users, precompiled per target to SPIR-V
 and loaded through dpctl. CPU devices get CPU-shaped variants of the same kernels.
 
-Importing xe2rt points OCL_ICD_FILENAMES at the pip-installed Intel OpenCL CPU runtime when that variable is unset
-(see xe2rt._icd), so `opencl:cpu` works without any exported variable. Import xe2rt before the first SYCL device query.
+Installing xe2rt puts a start-up hook in site-packages that points OCL_ICD_FILENAMES at the pip-installed Intel OpenCL
+CPU runtime when that variable is unset; importing xe2rt does the same where the hook is missing (see xe2rt._icd), so
+`opencl:cpu` works without any exported variable. XE2RT_* variables are checked here, at import.
 """
-from . import _icd
+import sys as _sys
 
-_icd.setup()
+from . import _icd, config as _config
+from .errors import ConfigError as _ConfigError
+
+try:
+    _icd.setup()
+    _config.icd_setup_enabled()
+    _config.forced_target()
+except _ConfigError:
+    # `python -m xe2rt ...` (argv[0] is '-m' while the package is located) or the `xe2rt` script: the command line's
+    # main() checks the variables again and reports the error as one line with exit status 2.
+    if not (_sys.argv[:1] == ["-m"] or _sys.argv[0].endswith("/xe2rt")):
+        raise
 
 from .errors import (ArtifactError, ConfigError, InputError, InputTypeError, LaunchLimitError,  # noqa: E402
                      TargetError, Xe2rtError)
