@@ -81,7 +81,7 @@ class DecoderLM:
     def __init__(self, cfg, w: dict, queue, max_tokens: int, tokenizer, weights: str, load_seconds: float):
         self.cfg, self.w, self.queue, self.max_tokens = cfg, w, queue, max_tokens
         self.tokenizer, self.weights, self.load_seconds = tokenizer, weights, load_seconds
-        self.weight_bytes = weight_bytes({k: v for k, v in w.items()})
+        self.weight_bytes = weight_bytes(w)
         shape = (cfg.kv_heads, max_tokens, cfg.head_dim)
         self.k_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
         self.v_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]

@@ -199,10 +199,14 @@ def device_placer(queue):
     return place
 
 
-def weight_bytes(obj) -> int:
-    """Bytes of the arrays under a load_weights dict."""
+def weight_bytes(obj, _seen=None) -> int:
+    """Bytes of the arrays under a load_weights dict (a tied lm_head, the embeddings' own array, counted once)."""
+    seen = set() if _seen is None else _seen
     if isinstance(obj, dict):
-        return sum(weight_bytes(v) for k, v in obj.items() if k != "file_bytes")
+        return sum(weight_bytes(v, seen) for v in obj.values())
     if isinstance(obj, list):
-        return sum(weight_bytes(v) for v in obj)
+        return sum(weight_bytes(v, seen) for v in obj)
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
     return int(obj.nbytes)
