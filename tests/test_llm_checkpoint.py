@@ -14,7 +14,7 @@ from safetensors.numpy import load_file, save_file
 
 from xe2rt.models import random as rnd
 from xe2rt.models.checkpoint import CheckpointError, UnsupportedModelError, read_config
-from xe2rt.models.llm_weights import load_weights, weight_bytes
+from xe2rt.models.llm_weights import load_weights
 from xe2rt.quant import QuantizedW4
 from xe2rt.reference.llm import forward, rope_inv_freq
 
@@ -166,6 +166,15 @@ def test_errors(tmp_path):
         read_config(out)
     with pytest.raises(CheckpointError, match="does not exist"):
         read_config(tmp_path / "nowhere")
+
+
+def test_tied_disagreement(tmp_path):
+    out = rnd.write("tiny-qwen3", tmp_path, fmt="fp16", layers=1)
+    t = load_file(str(out / "model.safetensors"))
+    t["lm_head.weight"] = t["model.embed_tokens.weight"] + np.float16(1)
+    save_file(t, str(out / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="tie_word_embeddings true but lm_head.weight differs"):
+        load_weights(out, progress=False)
 
 
 def test_quantized_config_disagreements(tmp_path):

@@ -17,7 +17,6 @@ checkpoint.load_linear). Stacking quantized rows keeps the codes as they are (on
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 
@@ -122,6 +121,10 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
             tick()
         out["norm"] = place(ckpt.fp16("model.norm.weight", (h,)))
         head_mode = _head_mode(cfg, ckpt, weights)
+        if cfg.tie_embeddings and "lm_head.weight" in ckpt and not _same(ckpt, "lm_head.weight",
+                                                                           "model.embed_tokens.weight"):
+            raise CheckpointError(f"{folder}: config.json says tie_word_embeddings true but lm_head.weight differs "
+                                  f"from model.embed_tokens.weight")
         streamed = getattr(place, "rows", None)
         if streamed is not None and not (cfg.tie_embeddings and head_mode in ("w4", "w8")):
             # the largest tensors go to the device in row slices: no whole host copy beside the device one
@@ -138,11 +141,12 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
         embed = ckpt.fp16("model.embed_tokens.weight", (cfg.vocab, h))
         tick()
         if cfg.tie_embeddings:
-            if "lm_head.weight" in ckpt and not np.array_equal(ckpt.fp16("lm_head.weight"), embed):
-                raise CheckpointError(f"{folder}: config.json says tie_word_embeddings true but lm_head.weight "
-                                      f"differs from model.embed_tokens.weight")
-            head = {"w4": lambda: quantize_w4(embed, group_size=group_size), "w8": lambda: quantize_w8(embed)}.get(
-                head_mode, lambda: embed)()
+            if head_mode == "w4":
+                head = quantize_w4(embed, group_size=group_size)
+            elif head_mode == "w8":
+                head = quantize_w8(embed)
+            else:
+                head = embed
         else:
             head = linear("lm_head", cfg.vocab, h, head_mode)
         out["embed"] = place(embed)
@@ -155,6 +159,13 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
         if bar is not None:
             bar.close()
     return cfg, out
+
+
+def _same(ckpt: Checkpoint, a: str, b: str) -> bool:
+    """Two float tensors hold the same values (compared slice by slice)."""
+    if ckpt.info(a).shape != ckpt.info(b).shape:
+        return False
+    return all(np.array_equal(x, y) for (_, x), (_, y) in zip(ckpt.fp16_rows(a), ckpt.fp16_rows(b)))
 
 
 def _experts(ckpt: Checkpoint, cfg: ModelConfig, p: str, linear, group_size: int) -> QuantizedW4Experts:
