@@ -9,6 +9,7 @@ included.
 
     python build_scripts/aot.py            # compile, check the rules, record the report in the manifest
     python build_scripts/aot.py --check    # compile, check the rules, and compare with the recorded report
+    python build_scripts/aot.py --missing  # only binaries with no report for their current SPIR-V (after a rebuild)
 """
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="compare with the report recorded in the manifest")
     parser.add_argument("--no-fetch", action="store_true", help="do not fetch ocloc from Debian unstable")
+    parser.add_argument("--missing", action="store_true",
+                        help="compile only binaries whose recorded report is absent or was made from other SPIR-V")
     args = parser.parse_args()
+    if args.missing and args.check:
+        parser.error("--missing records reports; --check compares them: use one")
     manifest = load_manifest(KERNEL_DIR)
     if not manifest:
         sys.exit(f"no {KERNEL_DIR / MANIFEST}; run python build_scripts/build_spirv.py first")
@@ -38,6 +43,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for key, entry in sorted(manifest["artifacts"].items()):
             if entry["target"] not in XE2_TARGETS:
+                continue
+            if args.missing and entry.get("aot", {}).get("spirv_sha256") == entry["sha256"]:
                 continue
             spec = entry.get("aot_spec", {})
             fresh = report(tool, version, KERNEL_DIR / key, entry["target"], spec.get("options", ""), Path(tmp))
