@@ -14,6 +14,7 @@ import sys
 COMMANDS = {
     "info": ("xe2rt.info", "devices, chosen targets and a summary of the shipped binaries (--isa: hot loops)"),
     "bench": ("xe2rt.bench.cli", "benchmark every kernel family against the device's bandwidth"),
+    "generate": ("xe2rt.models.cli", "generate text with a Hugging Face decoder folder (Llama, Qwen3, Qwen3-MoE)"),
     "build": ("xe2rt.build.cli", "build OpenCL C (or a spec .toml) into per-target SPIR-V with a manifest"),
     "selftest": ("xe2rt.selftest", "prove every kernel on this machine's device; writes a JSON report to share"),
 }

@@ -14,6 +14,7 @@ FAMILIES = {
     "softmax_topk": "xe2rt.bench.routing",
     "tp": "xe2rt.bench.tp",
     "moe_ffn_w4a16": "xe2rt.bench.moe",
+    "decode": "xe2rt.bench.decode",
     "decoder_small": "xe2rt.bench.decoder",
     "decode_attention": "xe2rt.bench.attention",
     "prefill_attention": "xe2rt.bench.attention_prefill",

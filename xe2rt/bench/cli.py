@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                        f"numbered name beside it when that exists)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     parser.add_argument("--plot", help="also write a roofline PNG here (needs matplotlib)")
+    parser.add_argument("--peer", action="append", default=[], metavar="NAME=DIR",
+                        help="run a peer in the same run (decode family: llama.cpp=DIR with llama-bench)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     import xe2rt
     from .harness import BenchContext
     ctx = BenchContext(device=args.device, quick=args.quick, iters=args.iters)
+    ctx.peers = dict(p.split("=", 1) for p in getattr(args, "peer", []) if "=" in p)
     ctx.say(f"xe2rt {xe2rt.__version__} bench on {ctx.device.name!r} (target {ctx.target}), "
             f"LLC {ctx.llc_bytes / 2**20:.0f} MiB, weight pool >= {ctx.pool_bytes / 2**20:.0f} MiB")
     ctx.say("[0] measuring device read bandwidth (stream_read)")
