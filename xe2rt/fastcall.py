@@ -12,7 +12,9 @@ Two checks depend on more than the key and run on every replayed call: `out=` mu
 of this call's arrays; on overlap the op itself is called and raises), and arrays must be device arrays at all (the
 key cannot be formed otherwise, and the op is called). Calls the cache cannot express (an op that allocates
 temporaries, queues dpnp work, or takes arguments other than arrays, quantized weights, tuples and plain scalars) are
-simply passed to the op every time. The cache holds no arrays: a replay keeps its own arrays alive until its kernels
+simply passed to the op every time. An op may pass one more kind of array: a device constant it made once and keeps
+for good, registered with `resident(array)` (rope_kv's inv_freq table per queue, D, theta and scaling); it must be
+determined by the key's facts, and a replay passes the same array again. The cache holds no arrays: a replay keeps its own arrays alive until its kernels
 complete, like any launch.
 """
 from __future__ import annotations
@@ -51,6 +53,14 @@ def _env(name: str):
 
 _DPNP_ARRAY = dpnp.ndarray
 _fields_by_type: dict = {}
+_resident: dict = {}  # id -> array: device constants ops keep for good (held here, so the ids stay theirs)
+
+
+def resident(array):
+    """Register `array` as a device constant that an op made once from facts its cache key holds and keeps for the
+    life of the process: recorded launches that pass it replay it as a constant. Returns the array."""
+    _resident[id(array)] = array
+    return array
 
 
 def _flatten(value, facts: list, arrays: list) -> bool:
@@ -121,6 +131,8 @@ def _analyse(steps: list, arrays: list, result, n_out_args: int):
                     slots.append(("in", by_id[id(value)]))
                 elif id(value) in fresh_ids:
                     slots.append(("new", fresh_ids[id(value)]))
+                elif _resident.get(id(value)) is value:
+                    slots.append(("const", packed))  # the entry holds the packed memory; _resident the array
                 else:
                     return None  # a temporary the op allocated: not ours to reuse
             else:
