@@ -30,7 +30,7 @@ moe_layer = _cached(_moe.moe_layer, uncached_if=("check_ids",))
 rms_norm = _cached(_decoder_small.rms_norm)
 silu_mul = _cached(_decoder_small.silu_mul)
 # rope_kv reads positions back by default: such calls run the op; check_positions=False calls are replayed.
-rope_kv = _decoder_small.replayable_rope_kv(_cached(_decoder_small.rope_kv))
+rope_kv = _decoder_small.replayable_rope_kv(_cached(_decoder_small.rope_kv, in_place=(0, 1, 4, 5)))
 from .quant import QuantizedW4, QuantizedW8, from_awq, from_gptq, quantize_w4, quantize_w8  # noqa: E402
 from .quant_experts import (QuantizedW4Experts, experts_from_awq, experts_from_gptq,  # noqa: E402
                             quantize_w4_experts)

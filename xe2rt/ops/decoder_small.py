@@ -230,34 +230,9 @@ def rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_nor
                        check_positions=check_positions, target=target)[0]
 
 
-def _writes_may_overlap(q, k, v, positions, k_cache, v_cache, qk_norm) -> bool:
-    """Whether an array rope_kv writes in place (q, k, the caches) may share bytes with another argument. The replay
-    key holds shapes, not addresses, so this runs on every call; True (the op then runs and raises its own error, or
-    judges) also for anything but dpnp arrays. C-contiguous arrays (the op requires them) span [pointer, + nbytes)."""
-    arrays = [q, k, k_cache, v_cache, v, positions]
-    if type(qk_norm) is tuple and len(qk_norm) == 3:
-        arrays += qk_norm[:2]
-    ranges = []
-    for a in arrays:
-        if type(a) is not dpnp.ndarray:
-            return True
-        u = a.get_array()
-        if not u.flags.c_contiguous:
-            return True
-        start = u._pointer
-        ranges.append((start, start + u.size * u.itemsize))
-    for i in range(4):
-        w0, w1 = ranges[i]
-        if w0 == w1:
-            continue
-        for a0, a1 in ranges[i + 1:]:
-            if a0 < a1 and w0 < a1 and a0 < w1:
-                return True
-    return False
-
-
 def replayable_rope_kv(replayed):
-    """The public rope_kv around `replayed` (rope_kv wrapped by xe2rt.fastcall.cached): a scaling dict becomes its
+    """The public rope_kv around `replayed` (rope_kv wrapped by xe2rt.fastcall.cached with q, k and the caches
+    in_place: a replay checks that none overlaps another argument): a scaling dict becomes its
     frozen Llama3Scaling first (which the replay cache can key), and calls that read positions back
     (check_positions true, the default) run the op every time, since the check depends on the device data; calls with
     check_positions=False (the decode loop's) replay. Inside xe2rt.bind the op is recorded as usual either way."""
@@ -267,8 +242,7 @@ def replayable_rope_kv(replayed):
              target: str | None = None):
         if scaling is not None:
             scaling = scaling_key(scaling)
-        warm = check_positions is False and not _writes_may_overlap(q, k, v, positions, k_cache, v_cache, qk_norm)
-        return (replayed if warm else rope_kv)(
+        return (replayed if check_positions is False else rope_kv)(
             q, k, v, positions, k_cache, v_cache, theta=theta, scaling=scaling, qk_norm=qk_norm,
             check_positions=check_positions, target=target)
 
