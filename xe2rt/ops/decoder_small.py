@@ -15,7 +15,8 @@ Decomposition and geometry:
     cpu: a work-item per (token, HC heads), one cos/sin table each -> items T ceil((Hq + Hkv) / HC), local LOCAL.
   silu_mul over [T, 2I] -> [T, I]:
     Xe2: a sub-group per (token, 128 outputs) -> global ceil(T ceil(I / 128) / SGS) 16 SGS, local 16 SGS.
-    cpu: the same sub-group shape (a float8-per-work-item kernel measured 15-20x slower: exp not vectorized).
+    cpu: a work-item per (token, 64 outputs) with exp written out as arithmetic the runtime vectorizes (its own exp is
+         called per element) -> items T ceil(I / 64), local SILU_LOCAL.
 
 inv_freq for rope_kv is computed on the host in float32 by xe2rt.reference.decoder.inv_freq (HF's formula) and kept on
 the device per (queue, D, theta, scaling) for good (the scaling dict normalized to a frozen Llama3Scaling): the
@@ -321,8 +322,11 @@ def run_rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk
 # ---- silu_mul ----
 
 def silu_mul_geometry(constants: dict, target: str, tokens: int, inter: int) -> tuple:
-    local = SUB_GROUP * constants["SGS"]  # every target: see silu_mul_f16 in the .cl
-    return ceil_div(tokens * ceil_div(inter, 128), constants["SGS"]) * local, local
+    if is_xe2(target):
+        local = SUB_GROUP * constants["SGS"]
+        return ceil_div(tokens * ceil_div(inter, 128), constants["SGS"]) * local, local
+    local = constants["SILU_LOCAL"]
+    return ceil_div(tokens * ceil_div(inter, 64), local) * local, local
 
 
 def silu_mul(gate_up, *, out=None, target: str | None = None):
