@@ -102,7 +102,7 @@ def test_cache_overlaps_k(queue, rope):
      xe2rt.InputError, r"scaling\['original_max_position_embeddings'\] must be a finite number > 0, got None"),
     (dict(scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
                    "original_max_position_embeddings": 8192}), xe2rt.InputError, "high_freq_factor > low_freq_factor"),
-    (dict(scaling=[8.0]), xe2rt.InputTypeError, "scaling must be None or a rope_scaling dict"),
+    (dict(scaling=[8.0]), xe2rt.InputTypeError, "scaling must be None, a rope_scaling dict"),
     (dict(qk_norm=(1, 2)), xe2rt.InputTypeError, r"qk_norm must be None or a \(q_weight, k_weight, eps\)"),
     (dict(check_positions=1), xe2rt.InputTypeError, "check_positions must be True or False"),
 ])

@@ -45,8 +45,8 @@ moe_ffn_w4a16 = _cached(_moe.moe_ffn_w4a16, uncached_if=("check_ids",))
 moe_layer = _cached(_moe.moe_layer, uncached_if=("check_ids",))
 rms_norm = _cached(_decoder_small.rms_norm)
 silu_mul = _cached(_decoder_small.silu_mul)
-# rope_kv reads positions back by default and passes a device inv_freq table the cache cannot express: not cached.
-rope_kv = _decoder_small.rope_kv
+# rope_kv reads positions back by default: such calls run the op; check_positions=False calls are replayed.
+rope_kv = _decoder_small.replayable_rope_kv(_cached(_decoder_small.rope_kv, in_place=(0, 1, 4, 5)))
 # warm calls replayed by an inner cached op that takes the per-thread workspace as an argument (see the module)
 decode_attention = _decode_attention.decode_attention
 prefill_attention = _cached(_prefill_attention.prefill_attention)

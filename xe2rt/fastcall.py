@@ -12,7 +12,9 @@ Two checks depend on more than the key and run on every replayed call: `out=` mu
 of this call's arrays; on overlap the op itself is called and raises), and arrays must be device arrays at all (the
 key cannot be formed otherwise, and the op is called). Calls the cache cannot express (an op that allocates
 temporaries, queues dpnp work, or takes arguments other than arrays, quantized weights, tuples and plain scalars) are
-simply passed to the op every time. The cache holds no arrays: a replay keeps its own arrays alive until its kernels
+simply passed to the op every time. An op may pass one more kind of array: a device constant it made once and keeps
+for good, registered with `resident(array)` (rope_kv's inv_freq table per queue, D, theta and scaling); it must be
+determined by the key's facts, and a replay passes the same array again. The cache holds no arrays: a replay keeps its own arrays alive until its kernels
 complete, like any launch.
 """
 from __future__ import annotations
@@ -51,6 +53,14 @@ def _env(name: str):
 
 _DPNP_ARRAY = dpnp.ndarray
 _fields_by_type: dict = {}
+_resident: dict = {}  # id -> array: device constants ops keep for good (held here, so the ids stay theirs)
+
+
+def resident(array):
+    """Register `array` as a device constant that an op made once from facts its cache key holds and keeps for the
+    life of the process: recorded launches that pass it replay it as a constant. Returns the array."""
+    _resident[id(array)] = array
+    return array
 
 
 def _flatten(value, facts: list, arrays: list) -> bool:
@@ -89,13 +99,14 @@ def _flatten(value, facts: list, arrays: list) -> bool:
 class _Entry:
     """How to replay one call signature: per launch the kernel, ranges and, per argument, either a constant (scalars,
     local memory) or the index of the call's array or of a fresh output."""
-    __slots__ = ("launches", "fresh", "result", "out_arrays")
+    __slots__ = ("launches", "fresh", "result", "out_arrays", "nbytes")
 
-    def __init__(self, launches, fresh, result, out_arrays):
+    def __init__(self, launches, fresh, result, out_arrays, nbytes):
         self.launches, self.fresh, self.result, self.out_arrays = launches, fresh, result, out_arrays
+        self.nbytes = nbytes  # per array of the call: its byte size (its shape and dtype are in the key)
 
 
-def _analyse(steps: list, arrays: list, result, n_out_args: int):
+def _analyse(steps: list, arrays: list, result, n_out_args: int, in_place: tuple = ()):
     """An _Entry for the recorded steps, or None when they use anything but the call's arrays and its outputs."""
     if any(not isinstance(step, launch.Submission) for step in steps):
         return None
@@ -121,14 +132,17 @@ def _analyse(steps: list, arrays: list, result, n_out_args: int):
                     slots.append(("in", by_id[id(value)]))
                 elif id(value) in fresh_ids:
                     slots.append(("new", fresh_ids[id(value)]))
+                elif _resident.get(id(value)) is value:
+                    slots.append(("const", packed))  # the entry holds the packed memory; _resident the array
                 else:
                     return None  # a temporary the op allocated: not ours to reuse
             else:
                 slots.append(("const", packed))
         launches.append((step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, slots))
     fresh = [(shape, dtype, queue) for _, shape, dtype, queue in fresh]
-    out_arrays = list(range(len(arrays) - n_out_args, len(arrays)))
-    return _Entry(launches, fresh, (isinstance(result, tuple), result_slots), out_arrays)
+    out_arrays = list(in_place) + list(range(len(arrays) - n_out_args, len(arrays)))
+    nbytes = [u.size * u.itemsize for _, u in arrays]
+    return _Entry(launches, fresh, (isinstance(result, tuple), result_slots), out_arrays, nbytes)
 
 
 class _OutputPool:
@@ -187,16 +201,18 @@ def _new_array(shape, dtype, queue):
 
 
 def _overlapping(entry: _Entry, arrays: list) -> bool:
-    """Whether an `out=` array of this call overlaps one of its inputs (the op's own rule, validate.out_array)."""
-    for i in entry.out_arrays:
-        out_u = arrays[i][1]
-        if not out_u.size:
+    """Whether an array the op writes (`out=`, or an in-place argument) overlaps another of the call's arrays (the op's
+    own rule, e.g. validate.out_array)."""
+    written = entry.out_arrays
+    # validate.usm_byte_range with the sizes the entry knows (an array's C-contiguous span, _pointer its first byte)
+    ranges = [(u._pointer, u._pointer + nbytes) if nbytes else None for (_, u), nbytes in zip(arrays, entry.nbytes)]
+    for n, i in enumerate(written):
+        if ranges[i] is None:
             continue
-        o0, o1 = validate.usm_byte_range(out_u)
-        for j, (_, u) in enumerate(arrays):
-            if j not in entry.out_arrays and u.size:
-                a0, a1 = validate.usm_byte_range(u)
-                if o0 < a1 and a0 < o1:
+        o0, o1 = ranges[i]
+        for j, r in enumerate(ranges):
+            if r is not None and j != i and (j not in written or written.index(j) > n):
+                if o0 < r[1] and r[0] < o1:
                     return True
     return False
 
@@ -225,13 +241,30 @@ def _replay(entry: _Entry, arrays: list):
     return tuple(arrays[what][0] if kind == "in" else new[what] for kind, what in slots)
 
 
+def _in_place_slots(in_place: tuple, args: tuple) -> tuple:
+    """The indices in the call's array list of the positional arguments `in_place` names, or None (the call is then
+    not cached) when they cannot be told: a positional argument holding other than one array or a plain scalar."""
+    slots, n = [], 0
+    for i, value in enumerate(args):
+        kind = type(value)
+        if kind is _DPNP_ARRAY or kind is dpt.usm_ndarray:
+            if i in in_place:
+                slots.append(n)
+            n += 1
+        elif kind not in _SCALAR_TYPES or i in in_place:
+            return None
+    return tuple(slots)
+
+
 _entries: dict = {}
 _entries_lock = threading.Lock()
 
 
-def cached(op, uncached_if: tuple = ()):
+def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
     """`op` with warm calls replayed from the launches its first call with the same facts recorded. Calls that pass a
-    true value for a keyword named in `uncached_if` (options whose checks read device data) always run the op."""
+    true value for a keyword named in `uncached_if` (options whose checks read device data) always run the op.
+    `in_place`: indices of positional array arguments the op writes; a replay checks, as it checks `out=`, that none
+    overlaps another argument (the key holds shapes, not addresses)."""
 
     @functools.wraps(op)
     def call(*args, **kwargs):
@@ -278,7 +311,8 @@ def cached(op, uncached_if: tuple = ()):
         with launch.recording() as steps:
             result = op(*args, **kwargs)
         launch.run_steps(steps)  # the first call runs exactly what was recorded
-        entry = _analyse(steps, arrays, result, n_out_args)
+        in_place_slots = _in_place_slots(in_place, args) if in_place else ()
+        entry = _analyse(steps, arrays, result, n_out_args, in_place_slots) if in_place_slots is not None else None
         with _entries_lock:
             if len(_entries) >= MAX_ENTRIES:
                 _entries.clear()

@@ -120,7 +120,10 @@ def _rope_rows(ctx, rng, model, hq, hkv, d, theta, scaling, qk_norm, t):
                                    theta=theta, scaling=scaling, qk_norm=norm)
     wall = ctx.time_wall(call)
     host = _host_seconds(ctx, call)
-    host_unchecked = _host_seconds(ctx, lambda i: ours(i, check=False))
+    # check_positions=False: the public call, replayed warm by xe2rt.fastcall
+    host_unchecked = _host_seconds(ctx, lambda i: xe2rt.rope_kv(qs[i % copies], ks[i % copies], vs[i % copies], pos,
+                                                                kc, vc, theta=theta, scaling=scaling, qk_norm=norm,
+                                                                check_positions=False))
     # the composition: HF-style fp16 cos/sin tables [max_tokens, D] gathered by positions
     angles = np.arange(MAX_TOKENS, dtype=np.float32)[:, None] * inv_freq(d, theta, scaling)[None, :]
     emb = np.concatenate([angles, angles], axis=-1)

@@ -15,10 +15,13 @@ Decomposition and geometry:
     cpu: a work-item per (token, HC heads), one cos/sin table each -> items T ceil((Hq + Hkv) / HC), local LOCAL.
   silu_mul over [T, 2I] -> [T, I]:
     Xe2: a sub-group per (token, 128 outputs) -> global ceil(T ceil(I / 128) / SGS) 16 SGS, local 16 SGS.
-    cpu: the same sub-group shape (a float8-per-work-item kernel measured 15-20x slower: exp not vectorized).
+    cpu: a work-item per (token, 64 outputs) with exp written out as arithmetic the runtime vectorizes (its own exp is
+         called per element) -> items T ceil(I / 64), local SILU_LOCAL.
 
 inv_freq for rope_kv is computed on the host in float32 by xe2rt.reference.decoder.inv_freq (HF's formula) and kept on
-the device per (queue, D, theta, scaling): the kernel's angles are bit-identical to HF's.
+the device per (queue, D, theta, scaling) for good (the scaling dict normalized to a frozen Llama3Scaling): the
+kernel's angles are bit-identical to HF's. The table is a fastcall resident constant, so xe2rt.rope_kv calls with
+check_positions=False replay from xe2rt.fastcall's cache (see replayable_rope_kv) and plans (xe2rt.bind) hold it.
 
 Positions: rope_kv reads `positions` back to the host before launching (check_positions=True, the default: this waits
 for whatever queued work produces positions) and rejects any outside [0, max_tokens) or repeated. With
@@ -27,13 +30,15 @@ never writes outside the caches) and still rotates q and k.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import numbers
 
 import dpnp
 import numpy as np
 
-from .. import launch, validate
+from .. import fastcall, launch, validate
 from ..errors import InputError, InputTypeError
 from ..reference.decoder import inv_freq as _inv_freq
 from .common import ceil_div, is_xe2, program_for
@@ -43,6 +48,7 @@ SUB_GROUP = 16
 HEAD_DIMS = (64, 128)
 _F16 = [np.float16]
 _freq_tables: dict = {}
+_scalings: dict = {}  # a scaling dict's items -> its Llama3Scaling (valid ones only)
 
 
 def _eps(op: str, eps, name: str = "eps") -> float:
@@ -137,39 +143,70 @@ def run_rms_norm(x, weight, *, eps, residual=None, out=None, target: str | None 
 
 # ---- rope_kv ----
 
-def scaling_key(scaling) -> tuple | None:
-    """The llama3 parameters of a config's rope_scaling dict as a tuple, validated; None for plain theta."""
+_SCALING_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+@dataclasses.dataclass(frozen=True)
+class Llama3Scaling:
+    """A validated llama3 rope_scaling: frozen and hashable, so it keys the inv_freq tables and xe2rt.fastcall's
+    replay cache (a dict can key neither). rope_kv accepts it in place of the config's dict."""
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: float
+
+    def __post_init__(self):
+        for name in _SCALING_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+                    or value <= 0:
+                raise InputError(f"rope_kv: scaling[{name!r}] must be a finite number > 0, got {value!r}")
+            object.__setattr__(self, name, float(value))  # plain floats: 8 and 8.0 are one key
+        if not self.high_freq_factor > self.low_freq_factor:
+            raise InputError(f"rope_kv: scaling needs high_freq_factor > low_freq_factor, got "
+                             f"{self.high_freq_factor} <= {self.low_freq_factor}")
+
+    def as_dict(self) -> dict:
+        return {"rope_type": "llama3", **{name: getattr(self, name) for name in _SCALING_FIELDS}}
+
+
+def scaling_key(scaling) -> Llama3Scaling | None:
+    """A config's rope_scaling dict (or a Llama3Scaling) as a validated Llama3Scaling; None for plain theta."""
     op = "rope_kv"
-    if scaling is None:
-        return None
+    if scaling is None or type(scaling) is Llama3Scaling:
+        return scaling
+    if type(scaling) is dict:  # the decode loop passes the same config dict every call: normalize it once
+        try:
+            items = tuple((name, type(value), value) for name, value in scaling.items())  # types: True is not 1
+            known = _scalings.get(items)
+        except TypeError:  # an unhashable value: validated below, not remembered
+            items = known = None
+        if known is not None:
+            return known
     if not isinstance(scaling, dict):
-        raise InputTypeError(f"{op}: scaling must be None or a rope_scaling dict, got {type(scaling).__name__}")
+        raise InputTypeError(f"{op}: scaling must be None, a rope_scaling dict or a Llama3Scaling, got "
+                             f"{type(scaling).__name__}")
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind != "llama3":
         raise InputError(f"{op}: scaling supports rope_type 'llama3' only (plain theta: scaling=None), got "
                          f"rope_type {kind!r}")
-    values = []
-    for name in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
-        value = scaling.get(name)
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-            raise InputError(f"{op}: scaling[{name!r}] must be a finite number > 0, got {value!r}")
-        values.append(float(value))
-    if not values[2] > values[1]:
-        raise InputError(f"{op}: scaling needs high_freq_factor > low_freq_factor, got {values[2]} <= {values[1]}")
-    return tuple(values)
+    result = Llama3Scaling(*(scaling.get(name) for name in _SCALING_FIELDS))
+    if type(scaling) is dict and items is not None:
+        if len(_scalings) >= 64:
+            _scalings.clear()
+        _scalings[items] = result
+    return result
 
 
-def freq_table(queue, head_dim: int, theta: float, key: tuple | None):
-    """inv_freq [D / 2] float32 on the queue's device, made once per (queue, D, theta, scaling)."""
+def freq_table(queue, head_dim: int, theta: float, key: Llama3Scaling | None):
+    """inv_freq [D / 2] float32 on the queue's device, made and uploaded once per (queue, D, theta, scaling) and kept
+    for good (a few hundred bytes per model configuration): registered with xe2rt.fastcall as a resident constant, so
+    warm calls replay it without a lookup."""
     cache_key = (queue, head_dim, theta, key)
     table = _freq_tables.get(cache_key)
     if table is None:
-        scaling = None if key is None else dict(zip(("factor", "low_freq_factor", "high_freq_factor",
-                                                     "original_max_position_embeddings"), key))
-        table = dpnp.asarray(_inv_freq(head_dim, theta, scaling), sycl_queue=queue)
-        if len(_freq_tables) > 256:
-            _freq_tables.clear()
-        _freq_tables[cache_key] = table
+        table = dpnp.asarray(_inv_freq(head_dim, theta, None if key is None else key.as_dict()), sycl_queue=queue)
+        _freq_tables[cache_key] = fastcall.resident(table)
     return table
 
 
@@ -192,6 +229,26 @@ def rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_nor
     launched."""
     return run_rope_kv(q, k, v, positions, k_cache, v_cache, theta=theta, scaling=scaling, qk_norm=qk_norm,
                        check_positions=check_positions, target=target)[0]
+
+
+def replayable_rope_kv(replayed):
+    """The public rope_kv around `replayed` (rope_kv wrapped by xe2rt.fastcall.cached with q, k and the caches
+    in_place: a replay checks that none overlaps another argument): a scaling dict becomes its
+    frozen Llama3Scaling first (which the replay cache can key), and calls that read positions back
+    (check_positions true, the default) run the op every time, since the check depends on the device data; calls with
+    check_positions=False (the decode loop's) replay. Inside xe2rt.bind the op is recorded as usual either way."""
+
+    @functools.wraps(rope_kv)
+    def call(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_norm=None, check_positions=True,
+             target: str | None = None):
+        if scaling is not None:
+            scaling = scaling_key(scaling)
+        return (replayed if check_positions is False else rope_kv)(
+            q, k, v, positions, k_cache, v_cache, theta=theta, scaling=scaling, qk_norm=qk_norm,
+            check_positions=check_positions, target=target)
+
+    call.__wrapped_op__ = rope_kv
+    return call
 
 
 def run_rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_norm=None, check_positions=True,
@@ -265,8 +322,11 @@ def run_rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk
 # ---- silu_mul ----
 
 def silu_mul_geometry(constants: dict, target: str, tokens: int, inter: int) -> tuple:
-    local = SUB_GROUP * constants["SGS"]  # every target: see silu_mul_f16 in the .cl
-    return ceil_div(tokens * ceil_div(inter, 128), constants["SGS"]) * local, local
+    if is_xe2(target):
+        local = SUB_GROUP * constants["SGS"]
+        return ceil_div(tokens * ceil_div(inter, 128), constants["SGS"]) * local, local
+    local = constants["SILU_LOCAL"]
+    return ceil_div(tokens * ceil_div(inter, 64), local) * local, local
 
 
 def silu_mul(gate_up, *, out=None, target: str | None = None):
