@@ -17,7 +17,8 @@ linear(x, W): M <= 16 rows -> gemv_fp16 / gemv_w4a16 / gemv_w8a16 (decode); more
 chunks of 16 rows of the batched gemv_w8a16. Then y = rms_norm(delta, norm, residual=x), logits = linear(y, lm_head).
 The KV cache is one pair of float16 [Hkv, max_tokens, D] arrays per layer on the device. Sampling runs on the device
 (greedy: argmax; otherwise temperature, top-k, top-p over a device sort, with the uniform draw from a seeded numpy
-Generator); the host reads back only the chosen token id.
+Generator); the host reads back only the chosen token id. A decode step replays xe2rt.bind plans on fixed buffers
+(see _decode_plans); only decode_attention, whose length changes each step, is called directly.
 """
 from __future__ import annotations
 
@@ -149,6 +150,8 @@ class DecoderLM:
         """Logits fp16 [T or 1, V] for tokens at positions [start, start+T): `tok` a device int array [T] (gathered
         from the embeddings on the device) or a host int (one decode token: its embedding row is a view, no launch;
         rms_norm never writes its inputs, so the view is only read)."""
+        if isinstance(tok, int) and start > 0 and last_only:
+            return self._decode(tok, start)  # one decode token: the bound plans
         cfg, w = self.cfg, self.w
         rms_norm, rope_kv = _op("rms_norm"), _op("rope_kv")
         import xe2rt
@@ -270,7 +273,6 @@ class DecoderLM:
         """One decode step (token at position `start` > 0, the cache holding [0, start)) through the bound plans:
         logits fp16 [1, V] in a fixed buffer, queued without waiting."""
         dec = self._decode_plans()
-        self._t("bind")
         dec["x"][...] = self.w["embed"][token:token + 1]  # the embedding row into the fixed residual buffer
         dec["pos"][...] = self.positions[start:start + 1]  # rope_kv reads the position from the device
         self._t("embedding")
