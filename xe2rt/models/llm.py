@@ -17,7 +17,8 @@ linear(x, W): M <= 16 rows -> gemv_fp16 / gemv_w4a16 / gemv_w8a16 (decode); more
 chunks of 16 rows of the batched gemv_w8a16. Then y = rms_norm(delta, norm, residual=x), logits = linear(y, lm_head).
 The KV cache is one pair of float16 [Hkv, max_tokens, D] arrays per layer on the device. Sampling runs on the device
 (greedy: argmax; otherwise temperature, top-k, top-p over a device sort, with the uniform draw from a seeded numpy
-Generator); the host reads back only the chosen token id.
+Generator); the host reads back only the chosen token id. A decode step replays xe2rt.bind plans on fixed buffers
+(see _decode_plans); only decode_attention, whose length changes each step, is called directly.
 """
 from __future__ import annotations
 
@@ -96,6 +97,8 @@ class DecoderLM:
             self._logit_buf = dpnp.full(rows * ARG_ROW, -np.inf, dtype=np.float16, sycl_queue=queue)
             self._logit_row = self._logit_buf[:cfg.vocab].reshape(1, cfg.vocab)
         self.timer = None  # set by profile_step(): called with a family name after each op
+        self._dec = None  # the decode step's buffers and xe2rt.bind plans, made at the first decode step
+        self._argmax = None
         # positions come from our own arange: the op's optional readback check of them would wait every step
         import inspect
         self._rope_extra = {"check_positions": False} if "check_positions" in inspect.signature(
@@ -147,6 +150,8 @@ class DecoderLM:
         """Logits fp16 [T or 1, V] for tokens at positions [start, start+T): `tok` a device int array [T] (gathered
         from the embeddings on the device) or a host int (one decode token: its embedding row is a view, no launch;
         rms_norm never writes its inputs, so the view is only read)."""
+        if isinstance(tok, int) and start > 0 and last_only:
+            return self._decode(tok, start)  # one decode token: the bound plans
         cfg, w = self.cfg, self.w
         rms_norm, rope_kv = _op("rms_norm"), _op("rope_kv")
         import xe2rt
@@ -204,6 +209,87 @@ class DecoderLM:
         if last_only and t > 1:
             y = y[t - 1:t]
         return self._linear(y, w["lm_head"], out=self._logit_row if (last_only or t == 1) else None)
+
+    def _decode_plans(self) -> list:
+        """Bind the decode step once: fixed buffers for every intermediate (x ping-pongs between two residual
+        buffers, since rms_norm's sum may not overwrite its own residual input) and one xe2rt.bind plan per op whose
+        arguments never change. Per layer: [ln1, qkv, rope_kv, (attention inputs), o, ln2, ffn plans...]. The
+        position lives in a one-element device array that rope_kv reads; decode_attention takes the length as a
+        Python int and is called directly each step."""
+        if self._dec is not None:
+            return self._dec
+        import xe2rt
+        cfg, w, q = self.cfg, self.w, self.queue
+        rms_norm, rope_kv, silu_mul = _op("rms_norm"), _op("rope_kv"), _op("silu_mul")
+        d, hq, hkv, h = cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.hidden
+
+        def buf(*shape, dtype=np.float16):
+            return dpnp.empty(shape, dtype=dtype, sycl_queue=q)
+
+        xs = (buf(1, h), buf(1, h))  # the residual stream, alternating
+        y, delta = buf(1, h), buf(1, h)
+        qkv = buf(1, (hq + 2 * hkv) * d)
+        qv, kv, vv = (qkv[:, a:b].reshape(1, n, d) for a, b, n in
+                      ((0, hq * d, hq), (hq * d, (hq + hkv) * d, hkv), ((hq + hkv) * d, None, hkv)))
+        attn = buf(hq, d)
+        pos = buf(1, dtype=np.int32)
+        cur = 0
+        layers = []
+        for i, layer in enumerate(w["layers"]):
+            p = {}
+            if i == 0:
+                p["ln1"] = xe2rt.bind(rms_norm, xs[0], layer["ln1"], eps=cfg.eps, out=y)
+            else:
+                p["ln1"] = xe2rt.bind(rms_norm, delta, layer["ln1"], eps=cfg.eps, residual=xs[cur],
+                                      out=(y, xs[1 - cur]))
+                cur = 1 - cur
+            p["qkv"] = xe2rt.bind(self._linear, y, layer["qkv"], out=qkv)
+            qk_norm = (layer["q_norm"], layer["k_norm"], cfg.eps) if cfg.qk_norm else None
+            p["rope_kv"] = xe2rt.bind(rope_kv, qv, kv, vv, pos, self.k_cache[i], self.v_cache[i],
+                                      theta=cfg.rope_theta, scaling=cfg.rope_scaling, qk_norm=qk_norm,
+                                      **self._rope_extra)
+            p["o"] = xe2rt.bind(self._linear, attn.reshape(1, hq * d), layer["o"], out=delta)
+            p["ln2"] = xe2rt.bind(rms_norm, delta, layer["ln2"], eps=cfg.eps, residual=xs[cur], out=(y, xs[1 - cur]))
+            cur = 1 - cur
+            if "experts" in layer:
+                p["router"] = xe2rt.bind(self._linear, y, layer["router"])
+                p["softmax_topk"] = xe2rt.bind(xe2rt.softmax_topk, p["router"].result, cfg.experts_per_token,
+                                               normalize=cfg.norm_topk_prob)
+                wt, ids = p["softmax_topk"].result
+                p["moe_ffn_w4a16"] = xe2rt.bind(xe2rt.moe_ffn_w4a16, y, layer["experts"], ids, wt, out=delta)
+            else:
+                p["gate_up"] = xe2rt.bind(self._linear, y, layer["gate_up"])
+                p["silu_mul"] = xe2rt.bind(silu_mul, p["gate_up"].result)
+                p["down"] = xe2rt.bind(self._linear, p["silu_mul"].result, layer["down"], out=delta)
+            layers.append(p)
+        norm = xe2rt.bind(rms_norm, delta, w["norm"], eps=cfg.eps, residual=xs[cur], out=(y, xs[1 - cur]))
+        logits = self._logit_row if self._logit_row is not None else buf(1, cfg.vocab)
+        head = xe2rt.bind(self._linear, y, w["lm_head"], out=logits)
+        self._dec = {"x": xs[0], "pos": pos, "q": qv.reshape(hq, d), "attn": attn, "layers": layers,
+                     "norm": norm, "head": head, "logits": logits}
+        return self._dec
+
+    def _decode(self, token: int, start: int):
+        """One decode step (token at position `start` > 0, the cache holding [0, start)) through the bound plans:
+        logits fp16 [1, V] in a fixed buffer, queued without waiting."""
+        dec = self._decode_plans()
+        dec["x"][...] = self.w["embed"][token:token + 1]  # the embedding row into the fixed residual buffer
+        dec["pos"][...] = self.positions[start:start + 1]  # rope_kv reads the position from the device
+        self._t("embedding")
+        attention = _op("decode_attention")
+        for i, p in enumerate(dec["layers"]):
+            for name, plan in p.items():
+                plan()
+                self._t({"ln1": "rms_norm", "ln2": "rms_norm", "qkv": "gemv", "o": "gemv", "router": "gemv",
+                         "gate_up": "gemv", "down": "gemv"}.get(name, name))
+                if name == "rope_kv":  # the length changes every step: a direct call
+                    attention(dec["q"], self.k_cache[i], self.v_cache[i], start + 1, out=dec["attn"])
+                    self._t("decode_attention")
+        dec["norm"]()
+        self._t("rms_norm")
+        dec["head"]()
+        self._t("gemv")
+        return dec["logits"]
 
     # ----------------------------------------------------------------------------------------------- public
     def logits(self, ids) -> np.ndarray:
@@ -263,7 +349,7 @@ class DecoderLM:
                 stream(token)
             if len(out) == max_new_tokens or token in stops:
                 break
-            logits = self._forward(token, pos, True)
+            logits = self._decode(token, pos)
             pos += 1
         tokens = np.asarray(out, np.int32)
         return (tokens, np.stack(kept)) if return_logits else tokens
@@ -272,9 +358,14 @@ class DecoderLM:
         """The next token, chosen on the device from logits [1, V]; only the choice is read back."""
         if temperature == 0:
             if self._arg_rows and logits is self._logit_row:
-                import xe2rt
-                vals, idx = xe2rt.topk(self._logit_buf.reshape(self._arg_rows, ARG_ROW), 1)
-                _, row = xe2rt.topk(vals.reshape(1, self._arg_rows), 1)
+                if self._argmax is None:
+                    import xe2rt
+                    rows = xe2rt.bind(xe2rt.topk, self._logit_buf.reshape(self._arg_rows, ARG_ROW), 1)
+                    top = xe2rt.bind(xe2rt.topk, rows.result[0].reshape(1, self._arg_rows), 1)
+                    self._argmax = (rows, top)
+                rows, top = self._argmax
+                _, idx = rows()
+                _, row = top()
                 self._t("argmax")
                 r = int(dpnp.asnumpy(row)[0, 0])
                 return r * ARG_ROW + int(dpnp.asnumpy(idx[r])[0])
@@ -351,10 +442,13 @@ class DecoderLM:
             times[family] = times.get(family, 0.0) + now - last[0]
             last[0] = now
 
+        self._decode_plans()  # bound before timing: binding is a one-off, not part of a step
+        self.queue.wait()
+        last[0] = time.perf_counter()
         self.timer = timer
         try:
             for s in range(steps):
-                logits = self._forward(token, a.size + s, True)
+                logits = self._decode(token, a.size + s)
                 token = self._choose(logits, 0.0, 0, 1.0, None)
                 timer("argmax readback")
         finally:
