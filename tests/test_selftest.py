@@ -12,7 +12,6 @@ from xe2rt import artifacts, selftest
 from xe2rt.checks import builtins
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "build_scripts"))
 
 
 def run_cli(*args, env=None, timeout=600):
@@ -77,12 +76,16 @@ SUBSET = ("read 16b 1r16x1c", "read 16b 8r16x2c", "read transform 16b 16r16x1c",
 def test_native_comparison_names_the_lanes_of_a_wrong_emulation(tmp_path, queue, monkeypatch):
     """Build the unit-test kernels with a fault injected into the software 2D read (lane 5 reads lane 4's column),
     load them as the 'native' family, and the comparison must name lane 5 and no other."""
-    import build_spirv
-    import tomllib
-    spec = tomllib.loads((REPO / "spirv_src" / "gemm_fp16_ult.toml").read_text())
-    spec["targets"]["cpu"] = {**spec["targets"]["cpu"], "BLOCK2D_EMU_FAULT_LANE": 5}
-    entry = build_spirv.build_one(builtins.NATIVE, spec, "cpu", tmp_path)
-    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {f"cpu/{builtins.NATIVE}.spv": entry}}))
+    import argparse
+    from xe2rt.build import cli as build_cli
+    src = REPO / "spirv_src"
+    parser = argparse.ArgumentParser()
+    build_cli.add_arguments(parser)
+    args = parser.parse_args([str(src / "gemm_fp16_ult.cl"), "-I", str(src), "-o", str(tmp_path / "k"),
+                              "--targets", "cpu", "--name", builtins.NATIVE, "-D", "DPAS_EMU=1", "-D",
+                              "BLOCK2D_EMU=1", "-D", "BLOCK2D_EMU_FAULT_LANE=5"])
+    assert build_cli.run(args) == 0
+    tmp_path = tmp_path / "k"
     monkeypatch.setenv("XE2RT_KERNEL_DIR", str(tmp_path))
     artifacts.clear_caches()
     try:
