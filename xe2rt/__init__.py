@@ -23,14 +23,15 @@ gemv_w4a16 = _cached(_gemv_w4a16.gemv_w4a16)
 gemv_w8a16 = _cached(_gemv_w8a16.gemv_w8a16)
 softmax_topk = _cached(_routing.softmax_topk)
 topk = _cached(_routing.topk)
-# check_ids=True reads the ids back on every call: such calls always run the op.
-moe_ffn_w4a16 = _cached(_moe.moe_ffn_w4a16, uncached_if=("check_ids",))
-moe_layer = _cached(_moe.moe_layer, uncached_if=("check_ids",))
+# moe allocates temporaries (routing metadata, per-pair activations) on every call: not replayable, not wrapped.
+moe_ffn_w4a16 = _moe.moe_ffn_w4a16
+moe_layer = _moe.moe_layer
 from .quant import QuantizedW4, QuantizedW8, from_awq, from_gptq, quantize_w4, quantize_w8  # noqa: E402
 from .quant_experts import (QuantizedW4Experts, experts_from_awq, experts_from_gptq,  # noqa: E402
                             quantize_w4_experts)
 from .targets import target_for  # noqa: E402
 from .plan import Plan, bind  # noqa: E402
+from .module import Kernel, LocalMemory, Module, load  # noqa: E402
 from .warmup import warmup  # noqa: E402
 
 __version__ = "0.1.0"
@@ -39,6 +40,6 @@ __all__ = [
     "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "info", "target_for", "__version__", "bind", "Plan", "warmup",
     "gemv_w4a16", "gemv_w8a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8", "from_gptq", "from_awq",
     "moe_ffn_w4a16", "moe_layer", "QuantizedW4Experts", "quantize_w4_experts", "experts_from_gptq",
-    "experts_from_awq",
+    "experts_from_awq", "load", "Module", "Kernel", "LocalMemory",
     "Xe2rtError", "ArtifactError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",
 ]

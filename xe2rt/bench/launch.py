@@ -56,9 +56,9 @@ def _timed_bursts(ctx: BenchContext, methods: dict, rounds: int) -> dict:
 
 def _floor_call(op, *args, **kwargs):
     """A raw submit_async of the kernel `op(*args, **kwargs)` launches, its arguments packed once."""
-    with launch.recording() as steps:
+    with launch.recording() as recorder:
         op(*args, **kwargs)
-    (step,) = [s for s in steps if isinstance(s, launch.Submission)]
+    (step,) = [s for s in recorder.steps if isinstance(s, launch.Submission)]
     queue, kernel, packed, gs, ls = step.queue, step.sycl_kernel, step.packed, step.global_size, step.local_size
     held = step.keep  # the arrays stay alive while this closure does
     return lambda: (queue.submit_async(kernel, packed, gs, ls), held)
