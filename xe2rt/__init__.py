@@ -8,8 +8,8 @@ from . import _icd
 
 _icd.setup()
 
-from .errors import (ArtifactError, ConfigError, InputError, InputTypeError, LaunchLimitError,  # noqa: E402
-                     TargetError, Xe2rtError)
+from .errors import (ArtifactError, CompileError, ConfigError, InputError, InputTypeError,  # noqa: E402
+                     LaunchLimitError, TargetError, Xe2rtError)
 from .info import info  # noqa: E402
 from . import ops as _ops  # noqa: E402
 from .fastcall import cached as _cached  # noqa: E402
@@ -41,5 +41,5 @@ __all__ = [
     "gemv_w4a16", "gemv_w8a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8", "from_gptq", "from_awq",
     "moe_ffn_w4a16", "moe_layer", "QuantizedW4Experts", "quantize_w4_experts", "experts_from_gptq",
     "experts_from_awq", "load", "Module", "Kernel", "LocalMemory",
-    "Xe2rtError", "ArtifactError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",
+    "Xe2rtError", "ArtifactError", "CompileError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",
 ]

@@ -136,7 +136,8 @@ def _scalar(spec: tuple, value):
             or kind is bool:
         raise InputTypeError(f"{where}: declared {cl_type} takes a real number, got {kind.__name__}")
     number = float(value)
-    converted = dtype.type(number)  # numpy's round-to-nearest, as a C cast would do
+    with np.errstate(over="ignore"):
+        converted = dtype.type(number)  # numpy's round-to-nearest, as a C cast would do
     if math.isfinite(number) and not np.isfinite(converted):
         raise InputError(f"{where}: {value} overflows the kernel's {cl_type} (max {np.finfo(dtype).max})")
     return ctype(int(converted.view(np.uint16))) if cl_type == "half" else ctype(number)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,8 +163,14 @@ class Module:
         from . import _compile  # runs the compiler only here: an import of xe2rt never needs it
         queue = default_queue(queue)
         target = targets.resolve(queue.sycl_device)
-        folder = _compile.cached_build(source, tuple(options), queue.sycl_device, target)
-        return load(folder, queue=queue, target=target)
+        options = (options,) if isinstance(options, str) else tuple(options)
+        folder = _compile.cached_build(source, options, queue.sycl_device, target)
+        try:
+            return load(folder, queue=queue, target=target)
+        except ArtifactError:  # a damaged cache entry (its binary no longer matches its manifest): build it again
+            shutil.rmtree(folder, ignore_errors=True)
+            folder = _compile.cached_build(source, options, queue.sycl_device, target)
+            return load(folder, queue=queue, target=target)
 
 
 _lock = threading.RLock()
