@@ -181,13 +181,15 @@ generation = 0  # bumped by clear(), so caches keyed on top of these (ops.common
 
 
 def clear() -> None:
-    """Forget every loaded manifest, module and built program (tests use it after swapping XE2RT_KERNEL_DIR)."""
+    """Forget every loaded manifest, module and built program, and the launcher's per-kernel verdicts (tests use it
+    after swapping XE2RT_KERNEL_DIR). Caches keyed on top of these (ops.common, fastcall) see `generation` move."""
     global generation
     with _lock:
         generation += 1
         _manifests.clear()
         _modules.clear()
         _built.clear()
+        launch.clear()
 
 
 def default_queue(queue: dpctl.SyclQueue | None) -> dpctl.SyclQueue:
