@@ -23,6 +23,7 @@ import collections
 import ctypes
 import math
 import numbers
+import struct
 import threading
 from typing import Callable, Sequence
 
@@ -49,6 +50,8 @@ MAX_IN_FLIGHT = 256
 
 
 def as_tuple(size) -> tuple[int, ...]:
+    if type(size) is int:
+        return (size,)
     try:
         return tuple(int(s) for s in size) if isinstance(size, (tuple, list)) else (int(size),)
     except (TypeError, ValueError):
@@ -135,12 +138,22 @@ def _scalar(spec: tuple, value):
     if kind is not float and kind is not int and not isinstance(value, (numbers.Real, np.floating, np.integer)) \
             or kind is bool:
         raise InputTypeError(f"{where}: declared {cl_type} takes a real number, got {kind.__name__}")
-    number = float(value)
-    with np.errstate(over="ignore"):
-        converted = dtype.type(number)  # numpy's round-to-nearest, as a C cast would do
-    if math.isfinite(number) and not np.isfinite(converted):
-        raise InputError(f"{where}: {value} overflows the kernel's {cl_type} (max {np.finfo(dtype).max})")
-    return ctype(int(converted.view(np.uint16))) if cl_type == "half" else ctype(number)
+    return _real(where, cl_type, ctype, float(value))
+
+
+_REAL_FORMATS = {"half": "<e", "float": "<f", "double": "<d"}
+_half_bits = struct.Struct("<H").unpack
+
+
+def _real(where: str, cl_type: str, ctype, number: float):
+    """A real scalar as the kernel's type: IEEE round-to-nearest-even (struct's 'e'/'f' conversions, as a C cast);
+    a finite value the type cannot hold is refused rather than passed as inf."""
+    try:
+        packed = struct.pack(_REAL_FORMATS[cl_type], number)
+    except OverflowError:
+        raise InputError(f"{where}: {number!r} overflows the kernel's {cl_type} (max "
+                         f"{float(np.finfo(_CL_DTYPES[cl_type]).max)})") from None
+    return ctype(_half_bits(packed)[0]) if cl_type == "half" else ctype(number)
 
 
 def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
@@ -173,6 +186,8 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
             slm_bytes += count * spec[3]
         elif type(value) is int and spec[4] is not None and spec[4][0] <= value <= spec[4][1]:
             out.append(spec[3](value))  # the shipped ops' common case
+        elif type(value) is float and spec[4] is None:
+            out.append(_real(spec[1], spec[2], spec[3], value))
         else:
             if validate.usm_view(value) is not None or isinstance(value, np.ndarray) and value.ndim:
                 raise InputTypeError(f"{spec[1]}: declared {spec[2]} (a scalar) got an array")
@@ -186,11 +201,13 @@ _device_limits: dict = {}
 
 
 def _limits(queue: dpctl.SyclQueue) -> tuple:
-    limits = _device_limits.get(queue)
-    if limits is None:
+    """(device, max work-group, local memory bytes, sub-group sizes, in order, queue). Keyed by id: the entry holds
+    its queue, so the id cannot be reused while the entry exists (SyclQueue's own hash costs a C++ call)."""
+    limits = _device_limits.get(id(queue))
+    if limits is None or limits[5] is not queue:
         device = queue.sycl_device
-        limits = _device_limits[queue] = (device, device.max_work_group_size, device.local_mem_size,
-                                          tuple(device.sub_group_sizes), queue.is_in_order)
+        limits = _device_limits[id(queue)] = (device, device.max_work_group_size, device.local_mem_size,
+                                              tuple(device.sub_group_sizes), queue.is_in_order, queue)
     return limits
 
 
@@ -198,10 +215,11 @@ _geometry_ok: set = set()
 
 
 def check_geometry(kernel, queue: dpctl.SyclQueue, global_size: tuple, local_size: tuple, slm_bytes: int) -> None:
-    key = (kernel.sycl_kernel, queue, global_size, local_size, slm_bytes)
+    limits = _limits(queue)  # holds the queue: its id below cannot be reused while a verdict can be found
+    key = (kernel.sycl_kernel, id(queue), global_size, local_size, slm_bytes)
     if key in _geometry_ok:  # the same kernel, device and sizes passed before: the verdict cannot differ
         return
-    device, max_wg, local_mem, sub_group_sizes, _ = _limits(queue)
+    device, max_wg, local_mem, sub_group_sizes, _, _ = limits
     name = kernel.describe()
     if not 1 <= len(global_size) <= 3 or len(global_size) != len(local_size):
         raise LaunchLimitError(f"{name}: global {global_size} and local {local_size} must both have 1 to 3 "
@@ -426,5 +444,5 @@ def host_step(step: Callable[[], object]) -> None:
 def clear() -> None:
     """Forget per-kernel and per-queue verdicts (with xe2rt.module.clear)."""
     _specs_cache.clear()
-    _geometry_ok.clear()
+    _geometry_ok.clear()  # before the queues its ids refer to
     _device_limits.clear()

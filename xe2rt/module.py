@@ -19,6 +19,7 @@ from pathlib import Path
 
 import dpctl
 import dpctl.program
+import dpnp
 
 from . import launch, spirv_module, targets
 from .errors import ArtifactError, InputError, InputTypeError
@@ -27,6 +28,9 @@ from .launch import LocalMemory  # noqa: F401  (public as xe2rt.LocalMemory)
 # dpctl's development branch renames create_program_from_spirv; the old name stays as a deprecated alias.
 _create_from_spirv = getattr(dpctl.program, "create_kernel_bundle_from_spirv", None) or \
     dpctl.program.create_program_from_spirv
+
+
+_DPNP_ARRAY = dpnp.ndarray
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,15 @@ class Kernel:
         without waiting, ordered with dpnp's work on the queue. The queue is `queue`, else the first array
         argument's, else the module's; it must be on the module's device and context."""
         if queue is None:
-            queue = next((a.sycl_queue for a in args if hasattr(a, "sycl_queue")), None) or self.module.queue
+            for a in args:
+                if type(a) is _DPNP_ARRAY:
+                    queue = a.get_array().sycl_queue
+                    break
+                if hasattr(a, "sycl_queue"):
+                    queue = a.sycl_queue
+                    break
+            else:
+                queue = self.module.queue
         elif not isinstance(queue, dpctl.SyclQueue):
             raise InputTypeError(f"{self.describe()}: queue must be a dpctl.SyclQueue, got {type(queue).__name__}")
         module_queue = self.module.queue
