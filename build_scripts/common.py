@@ -1,39 +1,17 @@
-"""Paths and manifest I/O shared by the SPIR-V build and the ahead-of-time (ocloc) check."""
+"""Paths of the shipped kernels; the build itself is xe2rt.build (in the package, so `python -m xe2rt build` works
+from a wheel). Importing this module puts the repository first on sys.path, so the scripts use this checkout's xe2rt."""
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from xe2rt.build.aot import OCLOC_DEVICE  # noqa: E402,F401
+from xe2rt.build.builder import MANIFEST, load_manifest, sha256_bytes, sha256_file, write_json_atomic  # noqa: E402,F401
+from xe2rt.build.spec import TARGETS, XE2_TARGETS  # noqa: E402,F401
+
 SRC_DIR = REPO / "spirv_src"
 KERNEL_DIR = REPO / "xe2rt" / "kernels"
-MANIFEST = "manifest.json"
-TARGETS = ("bmg", "lnl", "cpu")
-XE2_TARGETS = ("bmg", "lnl")
-OCLOC_DEVICE = {"bmg": "bmg", "lnl": "lnl-m"}
 REBUILD_COMMAND = "python build_scripts/build_spirv.py && python build_scripts/aot.py"
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    return sha256_bytes(Path(path).read_bytes())
-
-
-def load_manifest(kernel_dir: Path = KERNEL_DIR) -> dict:
-    path = kernel_dir / MANIFEST
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write to a temporary name and move it into place, so a reader never sees half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)

@@ -87,10 +87,18 @@ static __attribute__((noinline)) uint8 xe2rt_emu_2d_row8(__global const void* ba
         (dst)[(at) + 4] = (v).s4; (dst)[(at) + 5] = (v).s5; (dst)[(at) + 6] = (v).s6; (dst)[(at) + 7] = (v).s7;      \
     } while (0)
 
+/* A deliberately wrong emulation for the selftest's own test (never in a shipped binary): with
+ * BLOCK2D_EMU_FAULT_LANE = L, lane L of the plain 16-bit reads reads its neighbour's column (L ^ 1). */
+#ifdef BLOCK2D_EMU_FAULT_LANE
+#define XE2RT_EMU_LANE() ((int)get_sub_group_local_id() ^ ((int)get_sub_group_local_id() == BLOCK2D_EMU_FAULT_LANE))
+#else
+#define XE2RT_EMU_LANE() get_sub_group_local_id()
+#endif
+
 /* Heights below 8 (the unit tests' 1, 2, 4) take the element-wise loop. */
 #define B2D_READ_16B(H, C, base, w, h, p, coord, dst)                                                                \
     do {                                                                                                             \
-        const int l_ = get_sub_group_local_id();                                                                     \
+        const int l_ = XE2RT_EMU_LANE();                                                                             \
         _Pragma("unroll") for (int c_ = 0; c_ < (C); ++c_) {                                                         \
             if ((H) >= 8) {                                                                                          \
                 _Pragma("unroll") for (int r_ = 0; r_ < (H); r_ += 8) {                                              \

@@ -15,7 +15,7 @@ __kernel void dpas_emulated_regs(__global const short* a_regs, __global const in
                                  __global const float* acc_regs, __global float* out_regs)
 {
     const int lane = get_sub_group_local_id();
-    const float8 r = dpas_emulated(vload8(lane, a_regs), vload8(lane, b_regs), vload8(lane, acc_regs));
+    const float8 r = DPAS(vload8(lane, a_regs), vload8(lane, b_regs), vload8(lane, acc_regs));
     vstore8(r, lane, out_regs);
 }
 
@@ -105,6 +105,20 @@ __kernel void ult_usage2_b_kn(__global const half* A, __global const half* B, __
 /* ---- 2D block reads (block2d.h), software versions: one sub-group reads one shape from a region described by
  * (width, height, pitch) at (x, y); lane l writes its destination to out[l * n + e], n values per lane. ---- */
 #include "block2d.h"
+
+#if XE2RT_XE2 && !BLOCK2D_EMU
+/* The real built-ins the read kernels below name and xe2rt.h does not declare (the GEMM uses only a few shapes). */
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_1r16x1c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_2r16x1c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_4r16x1c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_8r16x1c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_16r16x1c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_1r16x2c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_2r16x2c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_16b_4r16x2c, ushort)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_transform_16b_16r16x1c, uint)
+XE2RT_2D_READ(intel_sub_group_2d_block_read_transform_16b_32r16x1c, uint)
+#endif
 
 #define ULT_READ_16B(H, C)                                                                                           \
     XE2RT_REQD_SUB_GROUP_SIZE(16)                                                                                  \

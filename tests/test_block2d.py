@@ -7,68 +7,32 @@ as zero). Also the spec's rules as the GEMM op checks them before launch."""
 import numpy as np
 import pytest
 
-import dpnp
-
-from xe2rt import artifacts, launch
 from xe2rt.ops import gemm_fp16 as G
+from xe2rt.checks import builtins
 from xe2rt.reference import gemm as R
-from conftest import TARGETS, to_device
+from conftest import TARGETS
 
-# Region: 40 rows x 48 16-bit elements (96 bytes used) in rows of 112 bytes (pitch, multiple of 16).
-ROWS, WIDTH_BYTES, PITCH = 40, 96, 112
-# (x, y) in elements: inside, across the right edge, across the bottom edge, before the start (negative coordinates).
-COORDS_16 = [(0, 0), (16, 3), (40, 30), (-4, -2)]
-COORDS_32 = [(0, 0), (4, 20), (20, 30), (-2, -3)]
-
-
-def region(rng):
-    data = rng.integers(0, 2**16, (ROWS, PITCH // 2), dtype=np.uint16)
-    return data, data.view(np.uint8).reshape(-1)
-
-
-def run_read(queue, target, kernel, data, coord, out_dtype, per_lane):
-    program = artifacts.load(queue, target, "gemm_fp16_ult")
-    out = dpnp.zeros(16 * per_lane, dtype=out_dtype, sycl_queue=queue)
-    launch.launch(program.kernel(kernel), [to_device(data, queue), WIDTH_BYTES, ROWS, PITCH, coord[0], coord[1], out],
-                  16, 16, queue).wait()
-    return dpnp.asnumpy(out).view(np.uint8).reshape(16, -1)
-
-
+# The comparisons the selftest runs natively on an Xe2 GPU (xe2rt.checks.builtins), here on the software versions:
+# every lane's bytes must equal the specification reading, at every coordinate.
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("count", [1, 2])
 @pytest.mark.parametrize("height", [1, 2, 4, 8, 16, 32])
-def test_read_16b(queue, rng, target, height, count):
-    data, raw = region(rng)
-    for coord in COORDS_16:
-        got = run_read(queue, target, f"ult_b2d_read_16b_{height}r16x{count}c", data, coord, np.uint16,
-                       height * count)
-        want = R.block2d_read(raw, width=WIDTH_BYTES, height=ROWS, pitch=PITCH, coord=coord, elem=2, block_w=16,
-                              block_h=height, count=count)
-        assert np.array_equal(got, want), f"{height}r16x{count}c at {coord}"
+def test_read_16b(queue, target, height, count):
+    r = builtins.read_check(queue, target, builtins.SOFTWARE, "plain", height, count)
+    assert r.passed, r.describe()
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("height, count", [(16, 1), (16, 2), (32, 1), (32, 2)])
-def test_read_transform_16b(queue, rng, target, height, count):
-    data, raw = region(rng)
-    for coord in COORDS_16:
-        got = run_read(queue, target, f"ult_b2d_read_transform_16b_{height}r16x{count}c", data, coord, np.uint32,
-                       height // 2 * count)
-        want = R.block2d_read(raw, width=WIDTH_BYTES, height=ROWS, pitch=PITCH, coord=coord, elem=2, block_w=16,
-                              block_h=height, count=count, transform=True)
-        assert np.array_equal(got, want), f"transform {height}r16x{count}c at {coord}"
+@pytest.mark.parametrize("height, count", builtins.TRANSFORMS_16B)
+def test_read_transform_16b(queue, target, height, count):
+    r = builtins.read_check(queue, target, builtins.SOFTWARE, "transform", height, count)
+    assert r.passed, r.describe()
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("height", [16])
-def test_read_transpose_32b(queue, rng, target, height):
-    data, raw = region(rng)
-    for coord in COORDS_32:
-        got = run_read(queue, target, f"ult_b2d_read_transpose_32b_{height}r8x1c", data.view(np.uint32), coord,
-                       np.uint32, height // 2)
-        want = R.block2d_read(raw, width=WIDTH_BYTES, height=ROWS, pitch=PITCH, coord=coord, elem=4, block_w=8,
-                              block_h=height, transpose=True)
-        assert np.array_equal(got, want), f"transpose {height}r8x1c at {coord}"
+def test_read_transpose_32b(queue, target):
+    r = builtins.read_check(queue, target, builtins.SOFTWARE, "transpose", 16, 1)
+    assert r.passed, r.describe()
 
 
 def test_reference_layout_pinned_by_hand():

@@ -32,19 +32,6 @@ def make(rng, n, k):
     return x, w
 
 
-@pytest.mark.parametrize("n,k", SHAPES)
-def test_cpu_target_matches_reference(queue, rng, n, k):
-    x, w = make(rng, n, k)
-    check(xe2rt.gemv_fp16(to_device(x, queue), to_device(w, queue), target="cpu"), x, w)
-
-
-@pytest.mark.parametrize("target", ["bmg", "lnl"])
-@pytest.mark.parametrize("n,k", XE2_SHAPES)
-def test_xe2_targets_match_reference(queue, rng, target, n, k):
-    x, w = make(rng, n, k)
-    check(xe2rt.gemv_fp16(to_device(x, queue), to_device(w, queue), target=target), x, w)
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_views_with_offsets(queue, rng, target):
     """Row and element offsets into larger allocations (USM pointers that are not the allocation start)."""

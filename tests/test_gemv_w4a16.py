@@ -49,37 +49,7 @@ def check(queue, x, qw, target, dequant, *, rel=1e-2):
     return y, ref
 
 
-# N tails; K = 4224 is not a multiple of VL 512. On the CPU the default variant deals every row out strided; the
-# plain variant keeps rows over 4 KB in contiguous blocks (13 x 8448).
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("dequant", VARIANTS)
-@pytest.mark.parametrize("group_size", GROUPS)
-@pytest.mark.parametrize("symmetric", [True, False])
-@pytest.mark.parametrize("n,k", [(1, 4224), (7, 4224), (1000, 1024), (13, 8448)])
-def test_w4_shapes(queue, rng, target, dequant, group_size, symmetric, n, k):
-    x = rng.standard_normal(k).astype(np.float16)
-    check(queue, x, random_qw(rng, n, k, group_size, symmetric, queue), target, dequant)
-
-
 LLM = [(4096, 14336), (14336, 4096), (9728, 2560), (2560, 9728)]
-
-
-# K not a multiple of 128: the CPU wide path (128 k per step) covers the whole steps and the per-group path the groups
-# after them (448 = 3 x 128 + 64, 352 = 2 x 128 + 96, 160 = 128 + 32); K = 96 has no whole step.
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("n,k,group_size,symmetric", [(19, 448, 64, True), (45, 352, 32, False), (9, 160, 32, True),
-                                                      (17, 96, 32, False), (23, 448, 64, False)])
-def test_w4_step_tails(queue, rng, target, n, k, group_size, symmetric):
-    x = rng.standard_normal(k).astype(np.float16)
-    for dequant in VARIANTS:
-        check(queue, x, random_qw(rng, n, k, group_size, symmetric, queue), target, dequant)
-
-
-@pytest.mark.parametrize("n,k", LLM)
-@pytest.mark.parametrize("group_size,symmetric", [(128, True), (32, False)])
-def test_w4_llm_shapes_cpu(queue, rng, n, k, group_size, symmetric):
-    x = rng.standard_normal(k).astype(np.float16)
-    check(queue, x, random_qw(rng, n, k, group_size, symmetric, queue), "cpu", None)
 
 
 @pytest.mark.parametrize("target,n,k,group_size,symmetric,dequant", [
@@ -186,7 +156,7 @@ def test_w4_bad_input(queue, rng):
         (dict(qw=_unchecked(qw.packed, dpnp.asarray(qw.scales, sycl_queue=dpctl.SyclQueue(queue.sycl_device)),
                             qw.zeros, 64)), xe2rt.InputError, r"gemv_w4a16: scales and packed are on different queues"),
         (dict(x=to_device(np.zeros(k, np.float16), dpctl.SyclQueue(queue.sycl_device))), xe2rt.InputError,
-         r"gemv_w4a16: packed and x are on different queues"),
+         r"gemv_w4a16: qw and x are on different queues.*qw = qw\.to_device\(x\.sycl_queue\)"),
         (dict(out=dpnp.zeros(n + 1, dtype=np.float16, sycl_queue=queue)), xe2rt.InputError, r"out must have shape \(8,\)"),
         (dict(dequant="fast"), xe2rt.InputError, r"dequant must be None, 'magic' or 'plain', got 'fast'"),
     ]

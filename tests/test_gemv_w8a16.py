@@ -27,18 +27,6 @@ def check(queue, x, qw, target):
     assert bad.size == 0, f"rows {bad[:5]}: |y - ref| {np.abs(y - ref)[bad[:5]]} > bound {bound[bad[:5]]}"
 
 
-# K = 4224 is not a multiple of VL 512; K = 1000 and 4100 leave Xe2 rows unaligned for block reads (K % 16 != 0)
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("n,k", [(1, 4224), (7, 4224), (1000, 1000), (7, 4100), (3, 13)])
-def test_w8_shapes(queue, rng, target, n, k):
-    check(queue, rng.standard_normal(k).astype(np.float16), random_qw(rng, n, k, queue), target)
-
-
-@pytest.mark.parametrize("n,k", [(4096, 14336), (14336, 4096), (9728, 2560), (2560, 9728)])
-def test_w8_llm_shapes_cpu(queue, rng, n, k):
-    check(queue, rng.standard_normal(k).astype(np.float16), random_qw(rng, n, k, queue), "cpu")
-
-
 @pytest.mark.parametrize("target,n,k", [("bmg", 4096, 14336), ("lnl", 9728, 2560)])
 def test_w8_llm_shapes_xe2(queue, rng, target, n, k):
     check(queue, rng.standard_normal(k).astype(np.float16), random_qw(rng, n, k, queue), target)
@@ -92,7 +80,7 @@ def test_w8_bad_input(queue, rng):
         (dict(qw=unchecked(qw.qweight, dpnp.asarray(qw.scales, sycl_queue=other))), xe2rt.InputError,
          r"gemv_w8a16: scales and qweight are on different queues"),
         (dict(x=to_device(np.zeros(k, np.float16), other)), xe2rt.InputError,
-         r"gemv_w8a16: qweight and x are on different queues"),
+         r"gemv_w8a16: qw and x are on different queues.*qw = qw\.to_device\(x\.sycl_queue\)"),
         (dict(out=dpnp.zeros((1, n), dtype=np.float16, sycl_queue=queue)), xe2rt.InputError, r"out must be 1-D"),
     ]
     for kwargs, exc, pattern in cases:

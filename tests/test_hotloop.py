@@ -1,18 +1,12 @@
-"""The static hot-loop report: the ISA parser (build_scripts/hotloop.py) on a hand-written dump, the AOT rules on
+"""The static hot-loop report: the ISA parser (xe2rt/build/hotloop.py) on a hand-written dump, the AOT rules on
 private sends, the report recorded in the manifest for every bmg/lnl kernel (the issue's bar: no private send, 2D block
 loads and >= 2 DPAS per send in the GEMM m16/m32 tiles), and the estimate's formula on hand-computed numbers."""
-import sys
-from pathlib import Path
-
 import pytest
 
 import xe2rt
 from xe2rt import artifacts, targets
 from xe2rt.bench import xe2_static
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "build_scripts"))
-import aot  # noqa: E402
-import hotloop  # noqa: E402
+from xe2rt.build import aot, hotloop
 
 ASM = """//.kernel toy
 (W)     mov (1|M0)               r2.0<1>:d     0:w

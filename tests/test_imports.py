@@ -4,7 +4,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 import xe2rt
 
@@ -62,7 +61,6 @@ def find_cycles(graph: dict) -> list[list[str]]:
     return cycles
 
 
-KNOWN_CYCLE = ["xe2rt.bench.cli", "xe2rt.bench.tp", "xe2rt.bench.cli"]  # restructured on another branch (issue 15)
 
 
 def package_cycles() -> list[list[str]]:
@@ -73,12 +71,6 @@ def package_cycles() -> list[list[str]]:
 
 
 def test_no_import_cycles():
-    assert [c for c in package_cycles() if c != KNOWN_CYCLE] == []
-
-
-@pytest.mark.xfail(strict=True, reason="bench/cli.py and bench/tp.py import each other until the bench restructure "
-                                       "merges; then this passes and the xfail must go (strict)")
-def test_no_import_cycles_at_all():
     assert package_cycles() == []
 
 

@@ -1,6 +1,7 @@
 """Every XE2RT_* environment variable, read and checked in one place.
 
-XE2RT_TARGET        force a kernel target for every call: one of bmg, lnl, cpu (default: chosen from the device)
+XE2RT_TARGET        force a kernel target for every call: one of bmg, lnl, cpu, any case (default: chosen from the
+                    device); checked when xe2rt is imported
 XE2RT_KERNEL_DIR    load binaries and manifest.json from this folder instead of the packaged xe2rt/kernels
 XE2RT_NO_ICD_SETUP  set to 1 to stop `import xe2rt` from pointing OCL_ICD_FILENAMES at the pip-installed OpenCL
                     CPU runtime (it only ever does so when OCL_ICD_FILENAMES is unset)
@@ -19,9 +20,11 @@ XE2_TARGETS = ("bmg", "lnl")
 
 
 def check_target_name(name: str, source: str) -> str:
-    if name not in TARGETS:
+    """The target's canonical (lower-case) name: BMG, Bmg and bmg are one target."""
+    canonical = name.strip().lower() if isinstance(name, str) else name
+    if canonical not in TARGETS:
         raise ConfigError(f"{source}={name!r} is not a known target; use one of {', '.join(TARGETS)}")
-    return name
+    return canonical
 
 
 def forced_target() -> str | None:

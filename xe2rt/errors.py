@@ -31,3 +31,7 @@ class CompileError(Xe2rtError, RuntimeError):
 
 class LaunchLimitError(Xe2rtError, ValueError):
     """The launch geometry exceeds a device or kernel limit; the message gives the numbers."""
+
+
+class BuildError(Xe2rtError, RuntimeError):
+    """A kernel build failed (compiler message, missing file, bad spec); nothing was written."""

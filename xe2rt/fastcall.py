@@ -12,7 +12,9 @@ Two checks depend on more than the key and run on every replayed call: `out=` mu
 of this call's arrays; on overlap the op itself is called and raises), and arrays must be device arrays at all (the
 key cannot be formed otherwise, and the op is called). Calls the cache cannot express (an op that allocates
 temporaries, queues dpnp work, or takes arguments other than arrays, quantized weights, tuples and plain scalars) are
-simply passed to the op every time. The cache holds no arrays: a replay keeps its own arrays alive until its kernels
+simply passed to the op every time. An op may pass one more kind of array: a device constant it made once and keeps
+for good, registered with `resident(array)` (rope_kv's inv_freq table per queue, D, theta and scaling); it must be
+determined by the key's facts, and a replay passes the same array again. The cache holds no arrays: a replay keeps its own arrays alive until its kernels
 complete, like any launch.
 """
 from __future__ import annotations
@@ -43,6 +45,9 @@ def _env(name: str):
 
 _DPNP_ARRAY = dpnp.ndarray
 _fields_by_type: dict = {}
+# Device constants an op made once from facts its cache key holds and keeps for the life of the process: the
+# recorder (launch.Recorder) notes launches that pass one as constants, so a replay passes the same array again.
+resident = launch.resident
 
 
 def _flatten(value, facts: list, arrays: list) -> bool:
@@ -81,15 +86,16 @@ def _flatten(value, facts: list, arrays: list) -> bool:
 class _Entry:
     """How to replay one call signature: per launch the kernel, ranges and, per argument, either a constant (scalars,
     local memory) or the index of the call's array or of a fresh output."""
-    __slots__ = ("launches", "fresh", "result", "out_arrays")
+    __slots__ = ("launches", "fresh", "result", "out_arrays", "nbytes")
 
-    def __init__(self, launches, fresh, result, out_arrays):
+    def __init__(self, launches, fresh, result, out_arrays, nbytes):
         self.launches, self.fresh, self.result, self.out_arrays = launches, fresh, result, out_arrays
+        self.nbytes = nbytes  # per array of the call: its byte size (its shape and dtype are in the key)
 
 
-def _analyse(recorder: launch.Recorder, result, n_out_args: int):
-    """An _Entry for what the recorder holds, or None when a launch used anything but the call's arrays and the
-    outputs the op made with launch.new_output, or the op queued host steps."""
+def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple = ()):
+    """An _Entry for what the recorder holds, or None when a launch used anything but the call's arrays, the
+    outputs the op made with launch.new_output and resident constants, or the op queued host steps."""
     if not recorder.replayable or any(not isinstance(step, launch.Submission) for step in recorder.steps):
         return None
     result_slots = []
@@ -103,8 +109,10 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int):
     launches = [(step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, step.slots)
                 for step in recorder.steps]
     fresh = [spec for _, spec in recorder.outputs]
-    out_arrays = list(range(len(recorder.inputs) - n_out_args, len(recorder.inputs)))
-    return _Entry(launches, fresh, (isinstance(result, tuple), result_slots), out_arrays)
+    n_inputs = len(recorder.inputs)
+    out_arrays = list(in_place) + list(range(n_inputs - n_out_args, n_inputs))
+    nbytes = [u.size * u.itemsize for _, u in recorder.inputs]
+    return _Entry(launches, fresh, (isinstance(result, tuple), result_slots), out_arrays, nbytes)
 
 
 def _new_array(shape, dtype, queue):
@@ -112,16 +120,18 @@ def _new_array(shape, dtype, queue):
 
 
 def _overlapping(entry: _Entry, arrays: list) -> bool:
-    """Whether an `out=` array of this call overlaps one of its inputs (the op's own rule, validate.out_array)."""
-    for i in entry.out_arrays:
-        out_u = arrays[i][1]
-        if not out_u.size:
+    """Whether an array the op writes (`out=`, or an in-place argument) overlaps another of the call's arrays (the op's
+    own rule, e.g. validate.out_array)."""
+    written = entry.out_arrays
+    # validate.usm_byte_range with the sizes the entry knows (an array's C-contiguous span from its first byte)
+    ranges = [(_address(u), _address(u) + nbytes) if nbytes else None for (_, u), nbytes in zip(arrays, entry.nbytes)]
+    for n, i in enumerate(written):
+        if ranges[i] is None:
             continue
-        o0, o1 = validate.usm_byte_range(out_u)
-        for j, (_, u) in enumerate(arrays):
-            if j not in entry.out_arrays and u.size:
-                a0, a1 = validate.usm_byte_range(u)
-                if o0 < a1 and a0 < o1:
+        o0, o1 = ranges[i]
+        for j, r in enumerate(ranges):
+            if r is not None and j != i and (j not in written or written.index(j) > n):
+                if o0 < r[1] and r[0] < o1:
                     return True
     return False
 
@@ -150,13 +160,30 @@ def _replay(entry: _Entry, arrays: list):
     return tuple(arrays[what][0] if kind == "in" else new[what] for kind, what in slots)
 
 
+def _in_place_slots(in_place: tuple, args: tuple) -> tuple:
+    """The indices in the call's array list of the positional arguments `in_place` names, or None (the call is then
+    not cached) when they cannot be told: a positional argument holding other than one array or a plain scalar."""
+    slots, n = [], 0
+    for i, value in enumerate(args):
+        kind = type(value)
+        if kind is _DPNP_ARRAY or kind is dpt.usm_ndarray:
+            if i in in_place:
+                slots.append(n)
+            n += 1
+        elif kind not in _SCALAR_TYPES or i in in_place:
+            return None
+    return tuple(slots)
+
+
 _entries: dict = {}
 _entries_lock = threading.Lock()
 
 
-def cached(op, uncached_if: tuple = ()):
+def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
     """`op` with warm calls replayed from the launches its first call with the same facts recorded. Calls that pass a
-    true value for a keyword named in `uncached_if` (options whose checks read device data) always run the op."""
+    true value for a keyword named in `uncached_if` (options whose checks read device data) always run the op.
+    `in_place`: indices of positional array arguments the op writes; a replay checks, as it checks `out=`, that none
+    overlaps another argument (the key holds shapes, not addresses)."""
 
     @functools.wraps(op)
     def call(*args, **kwargs):
@@ -203,7 +230,8 @@ def cached(op, uncached_if: tuple = ()):
         with launch.recording(arrays) as recorder:
             result = op(*args, **kwargs)
         launch.run_steps(recorder.steps)  # the first call runs exactly what was recorded
-        entry = _analyse(recorder, result, n_out_args)
+        in_place_slots = _in_place_slots(in_place, args) if in_place else ()
+        entry = _analyse(recorder, result, n_out_args, in_place_slots) if in_place_slots is not None else None
         with _entries_lock:
             if len(_entries) >= MAX_ENTRIES:
                 _entries.clear()

@@ -41,10 +41,7 @@ def _device_entry(device: dpctl.SyclDevice) -> dict:
 
 def info(device: dpctl.SyclDevice | str | None = None) -> dict:
     """Devices (or the one given), the target each gets, the binaries shipped, and their AOT report."""
-    if device is None:
-        devices = dpctl.get_devices()
-    else:
-        devices = [dpctl.SyclDevice(device) if isinstance(device, str) else device]
+    devices = dpctl.get_devices() if device is None else [targets.select_device(device)]
     manifest = artifacts.manifest()
     binaries = {}
     for key, entry in sorted(manifest.get("artifacts", {}).items()):
@@ -64,25 +61,44 @@ def info(device: dpctl.SyclDevice | str | None = None) -> dict:
     }
 
 
-def format_info(data: dict) -> str:
+def _aot_summary(aots: list[dict]) -> str:
+    """Over the kernels of some binaries: what Intel's offline compiler reported."""
+    ks = [k for aot in aots for k in aot["kernels"].values()]
+    simd = "/".join(sorted({f"SIMD{k['simd_size']}" for k in ks}))
+    grf = "/".join(sorted({str(k["grf_count"]) for k in ks}))
+    private = sum(k.get("private_sends", 0) for k in ks)
+    with_dpas = sum(1 for k in ks if k["dpas_instructions"])
+    devices = "/".join(sorted({a["device"] for a in aots}))
+    return (f"{simd}, GRF {grf}, max spill {max(k['spill_size'] for k in ks)} B, private sends {private}, "
+            f"DPAS in {with_dpas} kernels (ocloc {aots[0]['ocloc']}, -device {devices})")
+
+
+def format_info(data: dict, isa: bool = False) -> str:
+    """One screen: the devices and the target each gets, then one line per target over its shipped binaries; with
+    isa=True also every binary's ahead-of-time report and the per-kernel hot-loop table."""
     lines = [f"xe2rt {data['version']}  kernels: {data['kernel_dir']}",
              f"OCL_ICD_FILENAMES={data['ocl_icd_filenames']}  XE2RT_TARGET={data['forced_target']}", "", "devices:"]
     for d in data["devices"]:
         lines.append(f"  {d['filter']:14s} {d['name']!r} -> target {d['target']}  ({d['why']}), "
                      f"hardware threads to fill: {d.get('hw_threads', '-')}")
-    lines += ["", "binaries (Xe2: what Intel's offline compiler reported, over all kernels of the binary):"]
+    by_target: dict[str, list] = {}
     for key, b in data["binaries"].items():
-        aot = b["aot"]
-        if aot:
-            ks = aot["kernels"].values()
-            simd = "/".join(sorted({f"SIMD{k['simd_size']}" for k in ks}))
-            grf = "/".join(sorted({str(k["grf_count"]) for k in ks}))
-            with_dpas = sum(1 for k in ks if k["dpas_instructions"])
-            private = sum(k.get("private_sends", 0) for k in ks)
-            detail = (f"{len(ks)} kernels, {simd}, GRF {grf}, max spill {max(k['spill_size'] for k in ks)} B, "
-                      f"private sends {private}, DPAS in {with_dpas}  (ocloc {aot['ocloc']}, -device {aot['device']})")
-        else:
-            detail = f"{len(b['kernels'])} kernels"
+        by_target.setdefault(key.split("/")[0], []).append((key, b))
+    lines += ["", "shipped binaries per target (Xe2: what Intel's offline compiler reported over all their kernels):"]
+    for target, items in by_target.items():
+        kernels = sum(len(b["kernels"]) for _, b in items)
+        aots = [b["aot"] for _, b in items if b["aot"]]
+        lines.append(f"  {target:4s} {len(items)} binaries, {kernels} kernels"
+                     + (f"; {_aot_summary(aots)}" if aots else ""))
+    families = sorted({key.split("/", 1)[1].removesuffix(".spv") for key in data["binaries"]})
+    lines.append(f"  families: {', '.join(families)}")
+    if not isa:
+        lines += ["", "per-binary ahead-of-time report and per-kernel hot loops: python -m xe2rt info --isa"]
+        return "\n".join(lines)
+    lines += ["", "binaries:"]
+    for key, b in data["binaries"].items():
+        detail = (f"{len(b['aot']['kernels'])} kernels, {_aot_summary([b['aot']])}" if b["aot"]
+                  else f"{len(b['kernels'])} kernels")
         lines.append(f"  {key:28s} {b['sha256'][:12]}  {detail}")
     if data.get("hot_loops"):
         from .bench import xe2_static
@@ -93,11 +109,13 @@ def format_info(data: dict) -> str:
 def add_arguments(parser) -> None:
     """`python -m xe2rt info` options."""
     parser.add_argument("--device", help="SYCL filter string, e.g. opencl:cpu")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--json", action="store_true", help="print JSON (everything, hot loops included)")
+    parser.add_argument("--isa", action="store_true",
+                        help="also each binary's ahead-of-time report and the per-kernel hot-loop table")
 
 
 def run(args) -> int:
     import json
     data = info(args.device)
-    print(json.dumps(data, indent=1) if args.json else format_info(data))
+    print(json.dumps(data, indent=1) if args.json else format_info(data, isa=args.isa))
     return 0

@@ -328,6 +328,17 @@ class Submission:
                 self.in_order)
 
 
+_resident: dict = {}  # id -> array: device constants ops keep for good (held here, so the ids stay theirs)
+
+
+def resident(array):
+    """Register `array` as a device constant that an op made once (from facts a replay's key holds: rope_kv's inv_freq
+    table per queue, D, theta and scaling) and keeps for the life of the process: recorded launches that pass it note
+    it as a constant, so bind and warm-call replay pass the same array again. Returns the array."""
+    _resident[id(array)] = array
+    return array
+
+
 class Recorder:
     """What a recording collects: the steps, and the arrays slots refer to. `inputs` are (object passed, its
     usm_ndarray) pairs the caller registers; `outputs` are (array, (shape, dtype, queue)) the op made with
@@ -349,6 +360,8 @@ class Recorder:
             slot = next((("in", i) for i, (obj, u) in enumerate(self.inputs) if value is obj or value is u), None)
             if slot is None:
                 slot = next((("new", j) for j, (array, _) in enumerate(self.outputs) if value is array), None)
+            if slot is None and _resident.get(id(value)) is value:
+                slot = ("const", arg)  # the slot holds the packed memory; _resident holds the array
             if slot is None:
                 self.replayable = False
             slots.append(slot)

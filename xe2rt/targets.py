@@ -146,13 +146,32 @@ def resolve(device: dpctl.SyclDevice, target: str | None = None) -> str:
     return forced if forced is not None else detect(device).target
 
 
+def describe_devices() -> str:
+    """The SYCL devices this process sees, as 'filter (name)' pairs, for error messages."""
+    devices = dpctl.get_devices()
+    return ", ".join(f"{d.filter_string} ({d.name})" for d in devices) or "none"
+
+
+def select_device(device: dpctl.SyclDevice | str | None = None) -> dpctl.SyclDevice:
+    """A SyclDevice from a device, a SYCL filter string (e.g. 'opencl:cpu') or None (dpctl's default device); a filter
+    that matches nothing, or no device at all, is an error that lists what there is."""
+    if isinstance(device, dpctl.SyclDevice):
+        return device
+    if device is not None and not isinstance(device, str):
+        from .errors import InputTypeError
+        raise InputTypeError(f"device must be a dpctl.SyclDevice, a SYCL filter string or None, not "
+                             f"{type(device).__name__}")
+    try:
+        return dpctl.SyclDevice(device) if device else dpctl.select_default_device()
+    except (dpctl.SyclDeviceCreationError, ValueError, TypeError) as exc:
+        from .errors import InputError
+        wanted = f"device filter {device!r} matches no SYCL device" if device else "no default SYCL device"
+        raise InputError(f"{wanted} ({exc}); devices here: {describe_devices()}") from exc
+
+
 def target_for(device: dpctl.SyclDevice | str | None = None) -> str:
     """Public: the kernel target xe2rt uses for `device` (a SyclDevice, a filter string, or the default device)."""
-    if device is None:
-        device = dpctl.select_default_device()
-    elif isinstance(device, str):
-        device = dpctl.SyclDevice(device)
-    return resolve(device)
+    return resolve(select_device(device))
 
 
 def hw_threads(device: dpctl.SyclDevice, target: str, grf_count: int = 256) -> int:

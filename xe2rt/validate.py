@@ -42,22 +42,49 @@ def device_array(op: str, name: str, a, *, dtypes: Iterable, ndims: Iterable[int
                          f"{tuple(u.strides)} for shape {tuple(u.shape)}; pass dpnp.ascontiguousarray({name})")
 
 
+def describe_device(device: dpctl.SyclDevice) -> str:
+    """A device as a user can tell it apart from another of the same name: its filter string, or for a sub-device
+    (which has none) its handle and compute units under its root device's filter string."""
+    try:
+        return f"{device.filter_string} ({device.name!r})"
+    except ValueError:
+        return (f"sub-device 0x{device.addressof_ref():x} ({device.max_compute_units} compute units) of "
+                f"{describe_device(device.parent_device)}")
+
+
+def describe_queue(queue: dpctl.SyclQueue) -> str:
+    return f"queue 0x{queue.addressof_ref():x} on {describe_device(queue.sycl_device)}"
+
+
+def _queue_fix(name: str, value, first_name: str) -> str:
+    """How to move `value` to the first argument's queue: a quantized weight moves as a whole (to_device), an array
+    with dpnp.asarray."""
+    if hasattr(value, "to_device") and not hasattr(value, "usm_type"):
+        return f"{name} = {name}.to_device({first_name}.sycl_queue)"
+    return f"{name} = dpnp.asarray({name}, sycl_queue={first_name}.sycl_queue)"
+
+
 def same_queue(op: str, **arrays) -> dpctl.SyclQueue:
-    """The one queue all given arrays live on (compute follows data); None entries are skipped."""
-    queue = first_name = first = None
+    """The one queue all given arrays live on (compute follows data); None entries are skipped. An entry may be a
+    quantized weight (anything with sycl_queue and to_device), which the fix then moves as a whole."""
+    queue = first_name = None
     for name, a in arrays.items():
         if a is None:
             continue
         if queue is None:
-            first_name, first, queue = name, a, a.sycl_queue
+            first_name, queue = name, a.sycl_queue
             continue
         other = a.sycl_queue
         if other is not queue and other != queue:
-            same_ctx = other.sycl_context == queue.sycl_context
-            what = "different queues of one context" if same_ctx else "different SYCL contexts"
-            raise InputError(f"{op}: {name} and {first_name} are on {what} ({a.sycl_device.name!r} vs "
-                             f"{first.sycl_device.name!r}); all arrays of one call must share a queue: "
-                             f"dpnp.asarray({name}, sycl_queue={first_name}.sycl_queue)")
+            if other.sycl_device == queue.sycl_device:
+                where = (f"different queues of one device, {describe_device(queue.sycl_device)} ({name} on "
+                         f"queue 0x{other.addressof_ref():x}, {first_name} on queue 0x{queue.addressof_ref():x})")
+            else:
+                ctx = "one SYCL context" if other.sycl_context == queue.sycl_context else "different SYCL contexts"
+                where = (f"different devices ({ctx}): {name} on {describe_device(other.sycl_device)}, {first_name} "
+                         f"on {describe_device(queue.sycl_device)}")
+            raise InputError(f"{op}: {name} and {first_name} are on {where}; all arrays of one call must share a "
+                             f"queue: {_queue_fix(name, a, first_name)}")
     return queue
 
 
@@ -78,7 +105,9 @@ def out_array(op: str, out, *, shape: tuple, dtype, queue: dpctl.SyclQueue, inpu
     if tuple(out.shape) != tuple(shape):
         raise InputError(f"{op}: out must have shape {tuple(shape)}, got {tuple(out.shape)}")
     if out.sycl_queue != queue:
-        raise InputError(f"{op}: out is on another queue than the inputs; all arrays of one call must share a queue")
+        raise InputError(f"{op}: out is on another queue than the inputs (out on {describe_queue(out.sycl_queue)}, the "
+                         f"inputs on {describe_queue(queue)}); "
+                         f"all arrays of one call must share a queue: allocate out with sycl_queue=x.sycl_queue")
     for name, a in inputs.items():
         if a is not None and a.size and out.size and overlaps(out, a):
             raise InputError(f"{op}: out overlaps input {name}; the kernel reads {name} while writing out")

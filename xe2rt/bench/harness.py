@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import dpctl
 import dpnp
@@ -25,6 +25,18 @@ import numpy as np
 from .. import artifacts, launch, targets
 
 MiB = 2**20
+T = TypeVar("T")
+
+
+def timed_samples(step: Callable[[int], T], iters: int, warmup: int = 2) -> list[T]:
+    """The one timing loop: step(i) for i in range(warmup + iters), keeping what the last `iters` calls return
+    (each step measures itself: events, wall clock, or a per-part breakdown); callers take the medians."""
+    samples = []
+    for i in range(warmup + iters):
+        sample = step(i)
+        if i >= warmup:
+            samples.append(sample)
+    return samples
 
 
 @dataclass
@@ -76,7 +88,7 @@ def last_level_cache_bytes(device: dpctl.SyclDevice) -> int:
 
 class BenchContext:
     def __init__(self, device: str | None = None, quick: bool = False, iters: int = 20, log=sys.stderr):
-        selected = dpctl.SyclDevice(device) if device else dpctl.select_default_device()
+        selected = targets.select_device(device)
         self.queue = dpctl.SyclQueue(selected, property="enable_profiling")
         self.device = self.queue.sycl_device
         self.target = targets.resolve(self.device)
@@ -111,24 +123,21 @@ class BenchContext:
         return seconds
 
     def _median_event_seconds(self, submit: Callable[[int], dpctl.SyclEvent], warmup: int, iters: int) -> float:
-        times = []
-        for i in range(warmup + iters):
+        def step(i):
             event = submit(i)
             event.wait()
-            if i >= warmup:
-                times.append((event.profiling_info_end - event.profiling_info_start) * 1e-9)
-        return statistics.median(times)
+            return (event.profiling_info_end - event.profiling_info_start) * 1e-9
+        return statistics.median(timed_samples(step, iters, warmup))
 
-    def time_wall(self, call: Callable[[int], object], warmup: int = 2) -> float:
-        """Median wall time of call(i) with the queue drained after each call."""
-        times = []
-        for i in range(warmup + self.iters):
+    def time_wall(self, call: Callable[[int], object], warmup: int = 2, iters: int | None = None) -> float:
+        """Median wall time of call(i) with the queue drained after each call (`iters` timed calls, default the
+        context's)."""
+        def step(i):
             start = time.perf_counter()
             call(i)
             self.queue.wait()
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-        return statistics.median(times)
+            return time.perf_counter() - start
+        return statistics.median(timed_samples(step, self.iters if iters is None else iters, warmup))
 
     def _probe_geometry(self, program) -> tuple[int, int]:
         """(global, local) of a probe kernel (stream_read, fma_peak): ITEMS_PER_UNIT work-items per compute unit, in

@@ -17,8 +17,6 @@ drained, in the same run. Its iteration count is capped (5) because one Mixtral 
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from collections import Counter
 
 import dpnp
@@ -116,14 +114,7 @@ def _dequant_rows(qw: QuantizedW4, r0: int, n: int):
 
 
 def _wall(ctx: BenchContext, call, iters: int) -> float:
-    times = []
-    for j in range(iters + 1):
-        start = time.perf_counter()
-        call(j)
-        ctx.queue.wait()
-        if j:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return ctx.time_wall(call, warmup=1, iters=iters)
 
 
 def cases(ctx: BenchContext) -> list[Result]:

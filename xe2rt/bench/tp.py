@@ -15,11 +15,8 @@ weights (91 MB) exceed the 32 MiB L3 here, so each token reads them from memory 
 """
 from __future__ import annotations
 
-import json
-import platform
 import statistics
 import time
-from pathlib import Path
 
 import dpnp
 import numpy as np
@@ -27,7 +24,8 @@ import numpy as np
 from ..parallel import block, local
 from ..quant import QuantizedW4
 from .quant import w4_bytes
-from .harness import BenchContext, Result
+from . import report
+from .harness import BenchContext, Result, timed_samples
 
 SHAPE = (4096, 14336)  # Llama-3-8B hidden, intermediate
 QUICK_SHAPE = (512, 1024)
@@ -52,15 +50,16 @@ def rank_bytes(hidden: int, inter: int, shards: int) -> int:
 
 def time_forward(forward, x, iters: int, warmup: int = 2) -> tuple[float, float, object]:
     """(median seconds per token, median reduction share, last y)."""
-    totals, shares, y = [], [], None
-    for i in range(warmup + iters):
+    last = {}
+
+    def step(i):
         t = {}
-        y = forward(x, t)
-        if i >= warmup:
-            total = sum(t.values())
-            totals.append(total)
-            shares.append((total - t["shards"]) / total)
-    return statistics.median(totals), statistics.median(shares), y
+        last["y"] = forward(x, t)
+        total = sum(t.values())
+        return total, (total - t["shards"]) / total
+
+    samples = timed_samples(step, iters, warmup)
+    return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples), last["y"]
 
 
 def _row(case, variant, seconds, share, shards, hidden, inter, t1, diff, where, read_gbps=None) -> Result:
@@ -110,10 +109,10 @@ def cases(ctx: BenchContext) -> list[Result]:
     return results
 
 
-def run_ranks(args) -> int:
-    """The tp rows under mpiexec (every rank runs this; rank 0 prints and writes the JSON)."""
+def run_ranks(args, out) -> int:
+    """The tp rows under mpiexec (every rank runs this; rank 0 writes the JSON to `out` and prints)."""
     from ..parallel import mpi
-    return mpi.run_or_abort(_run_ranks, args)
+    return mpi.run_or_abort(_run_ranks, args, out)
 
 
 def _idle_until_rank0(group) -> None:
@@ -123,10 +122,9 @@ def _idle_until_rank0(group) -> None:
         time.sleep(0.005)
 
 
-def _run_ranks(args) -> int:
+def _run_ranks(args, out) -> int:
     import xe2rt
     from ..parallel.mpi import MpiMLP, RankGroup
-    from .cli import format_table
     if list(args.families) != ["tp"]:
         raise SystemExit(f"under mpiexec only the tp family runs (got --families {' '.join(args.families)}); "
                          f"run the others without mpiexec")
@@ -140,16 +138,17 @@ def _run_ranks(args) -> int:
     shard = block.split_mlp(*full, group.size)[group.rank]
     model = MpiMLP.from_shard(group, *shard)
     x = dpnp.asarray(np.random.default_rng(1).standard_normal(hidden).astype(np.float16), sycl_queue=group.queue)
-    totals, shares, y = [], [], None
-    for i in range(2 + iters):
+    last = {}
+
+    def step(i):
         group.comm.Barrier()
         t = {}
-        y = model.forward(x, t)
+        last["y"] = model.forward(x, t)
         per_rank = group.comm.allgather((t["shards"], t["reduce"] + t["agree"]))
-        if i >= 2:
-            totals.append(max(a + b for a, b in per_rank))
-            shares.append(statistics.mean(b / (a + b) for a, b in per_rank))
-    seconds, share = statistics.median(totals), statistics.median(shares)
+        return max(a + b for a, b in per_rank), statistics.mean(b / (a + b) for a, b in per_rank)
+
+    samples = timed_samples(step, iters, 2)
+    seconds, share, y = statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples), last["y"]
     # 1-rank baseline and the read-bandwidth probe on rank 0 alone, the other ranks idle
     rows = None
     if group.rank == 0:
@@ -166,14 +165,8 @@ def _run_ranks(args) -> int:
     else:
         _idle_until_rank0(group)
     if group.rank == 0:
-        print(format_table(rows, read))
-        report = {"xe2rt_version": xe2rt.__version__, "device": group.device.name,
-                  "target": xe2rt.target_for(group.device), "host": platform.node(),
-                  "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                  "quick": args.quick, "mpi_ranks": group.size, "transport": group.transport, "read_gbps": read,
-                  "rows": rows}
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=1) + "\n")
+        report.write_json(out, group.device, xe2rt.target_for(group.device), args.quick, rows, mpi_ranks=group.size,
+                          transport=group.transport, read_gbps=read)
         print(f"wrote {out}", flush=True)
+        print(report.format_table(rows, read), flush=True)
     return 0

@@ -1,5 +1,5 @@
 """Static hot-loop table of every bmg/lnl kernel, from the ocloc report in the manifest, with an ESTIMATED ceiling per
-chip. Nothing here ran on a GPU: the figures are read from the compiled ISA (build_scripts/hotloop.py) and combined
+chip. Nothing here ran on a GPU: the figures are read from the compiled ISA (xe2rt/build/hotloop.py) and combined
 with stated chip figures (xe2rt.targets.CHIPS); they bound, they do not measure.
 
 Per hot-loop iteration: I instructions, D dpas.8x8, S sends, L bytes loaded from global memory (2D block loads by

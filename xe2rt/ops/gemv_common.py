@@ -56,8 +56,9 @@ def check_quantized(op: str, qw, kind: type, made_by: str) -> None:
                          f"qw = qw.to_device(x.sycl_queue)")
 
 
-def check_decode_inputs(op: str, x, n: int, k: int, weights: dict, out) -> tuple:
-    """Checks x (float16 [K] or [M, K], M <= 16) against weights [N, K] and out; returns (queue, y shape, M)."""
+def check_decode_inputs(op: str, x, n: int, k: int, weights: dict, out, qw=None) -> tuple:
+    """Checks x (float16 [K] or [M, K], M <= 16) against weights [N, K] and out; returns (queue, y shape, M).
+    `qw`, the quantized weight the parts come from, is what a queue mismatch names (it moves as a whole)."""
     validate.device_array(op, "x", x, dtypes=[np.float16], ndims=[1, 2])
     if x.ndim == 2 and x.shape[0] > MAX_M:
         raise InputError(f"{op}: x must be [K] or [M, K] with M <= {MAX_M} (batched decode reads the weights once "
@@ -65,7 +66,9 @@ def check_decode_inputs(op: str, x, n: int, k: int, weights: dict, out) -> tuple
     if x.shape[-1] != k:
         name = next(iter(weights))
         raise InputError(f"{op}: x has K = {x.shape[-1]} but {name} is [N, K] = {(n, k)}; K must match")
-    queue = validate.same_queue(op, x=x, **weights, out=out)
+    if qw is not None:
+        validate.same_queue(op, **weights)  # the parts agree with each other (a hand-built qw may not)
+    queue = validate.same_queue(op, x=x, **({"qw": qw} if qw is not None else weights), out=out)
     validate.require_fp16(op, queue)
     m = x.shape[0] if x.ndim == 2 else 1
     y_shape = (m, n) if x.ndim == 2 else (n,)

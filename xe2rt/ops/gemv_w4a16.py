@@ -44,7 +44,7 @@ def run(x, qw, *, out=None, target: str | None = None, dequant: str | None = Non
     check_quantized(OP, qw, QuantizedW4, "xe2rt.quantize_w4 / from_gptq / from_awq")
     n, k = qw.shape
     queue, y_shape, m = check_decode_inputs(OP, x, n, k, {"packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros},
-                                         out)
+                                         out, qw=qw)
     program = program_variant(queue, target, dequant)
     y, done = output(out, y_shape, queue, n, k, m)
     if done:

@@ -20,7 +20,8 @@ def run(x, qw, *, out=None, target: str | None = None):
     """Validate, launch, and return (y, event); event is None when nothing needed launching."""
     check_quantized(OP, qw, QuantizedW8, "xe2rt.quantize_w8")
     n, k = qw.shape
-    queue, y_shape, m = check_decode_inputs(OP, x, n, k, {"qweight": qw.qweight, "scales": qw.scales}, out)
+    queue, y_shape, m = check_decode_inputs(OP, x, n, k, {"qweight": qw.qweight, "scales": qw.scales}, out,
+                                         qw=qw)
     program = program_for(queue, OP, target)
     y, done = output(out, y_shape, queue, n, k, m)
     if done:

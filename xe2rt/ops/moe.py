@@ -121,7 +121,7 @@ def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = No
         raise InputTypeError(f"{OP}: check_ids must be True or False, got {check_ids!r}")
     n_exp, hidden, inter = experts.shape
     gu, dn = experts.gate_up, experts.down
-    queue = validate.same_queue(OP, x=x, topk_ids=topk_ids, topk_weights=topk_weights, experts=gu.packed,
+    queue = validate.same_queue(OP, x=x, topk_ids=topk_ids, topk_weights=topk_weights, experts=experts,
                                 out=out)
     validate.require_fp16(OP, queue)
     t = x.shape[0]
@@ -218,7 +218,7 @@ def run_layer(x, router_w, experts, k, *, out=None, target: str | None = None):
     n_exp, hidden, _ = experts.shape
     validate.device_array(op, "x", x, dtypes=[np.float16], ndims=[2])
     t = x.shape[0]
-    queue = validate.same_queue(op, x=x, router_w=router_w, experts=experts.gate_up.packed, out=out)
+    queue = validate.same_queue(op, x=x, router_w=router_w, experts=experts, out=out)
     # what the three ops check, with the arrays they will be given, before the first launch
     ids = dpnp.empty((t, k), dtype=np.int32, sycl_queue=queue)
     weights = dpnp.empty((t, k), dtype=np.float16, sycl_queue=queue)

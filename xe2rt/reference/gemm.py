@@ -48,7 +48,8 @@ def gemm(a, b, *, bias=None, activation=None, b_layout="kn") -> np.ndarray:
     return epilogue(products(a, b, b_layout)[0], bias, activation)
 
 
-def error_bound_from(pre, mag, k: int, *, bias=None, activation=None, out_dtype=np.float16) -> np.ndarray:
+def error_bound_from(pre, mag, k: int, *, bias=None, activation=None, out_dtype=np.float16,
+                     operand_error=0.0) -> np.ndarray:
     """Elementwise bound on |out - ref| for fp32 accumulation of exact fp16 products (any order), an fp32 epilogue
     and one rounding to out_dtype:
       pre-activation   e = K eps32 sum_k |a_mk b_kn| + eps32 (|a.B + bias| + |bias|)
@@ -56,10 +57,11 @@ def error_bound_from(pre, mag, k: int, *, bias=None, activation=None, out_dtype=
                        8 eps32 (|x| + 1); gelu_erf has |gelu'| <= 1.13 too and OpenCL's erf is within 16 ulp, so its
                        fp32 evaluation adds at most 16 eps32 (|x| + 1)
       output rounding  0.5 eps16 (|ref| + e) + the smallest fp16 subnormal
+    operand_error: a further pre-activation error term (e.g. weights rounded to fp16 inside a kernel), added to e.
     """
     bias64 = 0.0 if bias is None else np.abs(np.asarray(bias, dtype=np.float64))
     x = pre if bias is None else pre + np.asarray(bias, dtype=np.float64)
-    e = k * EPS32 * mag + EPS32 * (np.abs(x) + bias64)
+    e = k * EPS32 * mag + EPS32 * (np.abs(x) + bias64) + operand_error
     if activation == "gelu":
         e = 1.13 * e + 8 * EPS32 * (np.abs(x) + 1.0)
     elif activation == "gelu_erf":

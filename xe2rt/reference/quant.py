@@ -96,3 +96,26 @@ def seed000_failures(y, ref, abs_tol: float = 1.0, rel_tol: float = 0.02) -> np.
     diff = np.abs(y - ref)
     rel = diff / np.maximum(np.abs(ref), 1e-30)
     return np.nonzero((diff > abs_tol) & (rel > rel_tol))[0]
+
+
+def gemm_w4(a, qw, *, bias=None, activation=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float64 act(a @ W^T + bias) for a [M, K] and W = qw.dequantize() [N, K] (the exact dequantized weights), with
+    the pieces the bound needs: returns (ref, pre = a @ W^T, mag = |a| @ |W|^T)."""
+    from . import gemm
+    w = np.asarray(qw.to_host().dequantize(np.float64), dtype=np.float64)
+    a64 = np.asarray(a, dtype=np.float64)
+    pre, mag = a64 @ w.T, np.abs(a64) @ np.abs(w).T
+    return gemm.epilogue(pre, bias, activation), pre, mag
+
+
+def gemm_w4_bound(a, pre, mag, *, bias=None, activation=None, fp16_weights: bool) -> np.ndarray:
+    """Elementwise bound on |out - gemm_w4| (reference.gemm.error_bound_from, K + 1 terms deep: the fp32 kernels'
+    exact weights (q - z) s, up to 16 significant bits, times an fp16 a may round once more per product), plus, when
+    the kernel rounds each weight to fp16 before multiplying (the Xe2 DPAS operand), half an fp16 ulp of every weight:
+    2^-11 sum_k |a w| + 2^-25 sum_k |a| (fp16 subnormal weights: an absolute 2^-25)."""
+    from . import gemm
+    k = np.shape(a)[1]
+    extra = 0.0
+    if fp16_weights:
+        extra = 2.0**-11 * mag + 2.0**-25 * np.abs(np.asarray(a, dtype=np.float64)).sum(axis=1, keepdims=True)
+    return gemm.error_bound_from(pre, mag, k + 1, bias=bias, activation=activation, operand_error=extra)

@@ -1,0 +1,61 @@
+/* Decode attention (flash-decoding): one new token's Hq query heads against a KV cache of `length` tokens.
+ *
+ * q [Hq, D] fp16, k_cache / v_cache [Hkv, max_tokens, D] fp16 (token t of kv head h at [h, t, :]), G = Hq / Hkv query
+ * heads per kv head (query head hq reads kv head hq / G), D 64 or 128. fp32 math: scores s = (q . k) * scale,
+ * softmax over [0, length), out = sum_t p_t v_t, one fp16 rounding.
+ *
+ * Split-K over the context. Split `split` of S owns tokens [split * chunk, (split + 1) * chunk) clipped to `length`
+ * (chunk a whole number of tokens; a split past the end is empty). One work-group per (kv head, split) handles ALL G
+ * query heads of its kv head, so every K and V row is read from memory once per call. Tokens are taken BT = 16 at a
+ * time: scores of the block for each head, the block's max, rescale of the running state, then P V. Each split
+ * writes its unnormalized partial (o [Hq, D], running max m and sum l, fp32) to the workspace
+ *   ws[(split * Hq + hq) * D + d]             partial output
+ *   ws[S * Hq * D + (split * Hq + hq) * 2]    m (log2 domain: q carries scale * log2(e), so exp2 is the exponential)
+ *   ws[... + 1]                               l
+ * and decode_attention_reduce_d<D> merges the S partials per head: M = max m_s, w_s = exp2(m_s - M),
+ * out = sum w_s o_s / sum w_s l_s. With S == 1 (`direct`) the split kernel normalizes and writes out itself and no
+ * reduce is launched. An empty split leaves m = -inf, l = 0, o = 0, which the reduce weights by exp2(-inf) = 0.
+ *
+ * Xe2 (bmg, lnl): D across the 16 lanes of a sub-group (lane i holds elements i + 16 j, the block-read layout);
+ *   GH query heads per sub-group, ceil(G / GH) sub-groups per work-group (they stream the same rows: one memory
+ *   read, the other sub-groups hit the Xe core's L1). Per block: 16 K rows by sub-group block reads, GH x 16
+ *   per-lane partial dots, one transposing butterfly per head (15 shuffles for 16 tokens instead of 16 reductions)
+ *   that leaves token t's score in lane t; then per V row one block read and an fma per head with the token's
+ *   probability broadcast from its lane.
+ * cpu: one work-item per (kv head, split) streams its rows (TOOLCHAIN.md 6): per block the 16 K and V rows are
+ *   converted once to fp32 (vload_half16) into private buffers, then per head 16 token dots as float16 fmas reduced
+ *   by a 4-level pair-sum tree into one float16 of 16 scores, vector exp2, and P V as float16 fmas with the
+ *   head's accumulators in registers.
+ */
+#include "xe2rt.h"
+
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("unroll")
+#define PASTE_(a, b) a##b
+#define PASTE(a, b) PASTE_(a, b)
+
+#define SPLIT_PARAMS __global const half* q, __global const half* k_cache, __global const half* v_cache, \
+                     __global float* ws, __global half* out, int G, int Hq, int S, int max_tokens, int length, \
+                     int chunk, float qscale, int direct
+#define REDUCE_PARAMS __global const float* ws, __global half* out, int Hq, int S
+
+#if XE2RT_XE2
+/* One step of the transposing butterfly that turns 16 per-lane partial dots (one per token) into 16 scores, token t's
+ * in lane t: `lower` and `upper` are the partial sums of two token groups that differ in index bit w; lanes with bit
+ * w set keep the upper group and send the lower one to their partner lane (lane ^ w), the others the reverse. After
+ * the steps w = 8, 4, 2, 1 every lane holds the sum over all 16 lanes of its own token's products. */
+INLINE float xe2_combine(float lower, float upper, const int w, const int lane)
+{
+    const bool upper_lane = (lane & w) != 0;
+    const float keep = upper_lane ? upper : lower;
+    const float give = upper_lane ? lower : upper;
+    return keep + intel_sub_group_shuffle_xor(give, (uint)w);
+}
+#endif
+
+#define D 64
+#include "decode_attention_body.h"
+#undef D
+#define D 128
+#include "decode_attention_body.h"
+#undef D

@@ -1,0 +1,197 @@
+"""decode_attention on the CPU device, every target's binary (the Xe2 ones through the same loader), against the
+float64 reference with the derived elementwise bound (xe2rt.checks.decode_attention); then bad input, out=, warm
+calls and bind."""
+import dpctl
+import dpnp
+import numpy as np
+import pytest
+
+import xe2rt
+from xe2rt.checks import decode_attention as cases
+from xe2rt.ops import decode_attention as op
+from xe2rt.reference.attention import decode_attention_bound, decode_attention_ref
+
+from conftest import TARGETS, to_device
+
+# The Xe2-shaped kernels run slowly on the CPU device (sub-groups emulated): all paths, fewer long cases.
+XE2_SKIP = {"L=4095 Llama-3.1-8B (Hq 32, Hkv 8, D 128)", "L=2048 Qwen3-4B (Hq 32, Hkv 8, D 128)",
+            "L=4095 G=16 D=128"}
+PARAMS = [pytest.param(check, target, id=f"{target}-{check.name}")
+          for check in cases.checks() for target in TARGETS
+          if target in check.targets and (target == "cpu" or check.name not in XE2_SKIP)]
+
+
+@pytest.mark.parametrize("check,target", PARAMS)
+def test_matches_reference(queue, check, target):
+    result = check.run(queue, target)
+    assert result.passed, result.describe()
+
+
+def _inputs(queue, hq=8, hkv=2, d=64, t=40, seed=3):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((hq, d), dtype=np.float32).astype(np.float16)
+    k = rng.standard_normal((hkv, t, d), dtype=np.float32).astype(np.float16)
+    v = rng.standard_normal((hkv, t, d), dtype=np.float32).astype(np.float16)
+    return (q, k, v), (to_device(q, queue), to_device(k, queue), to_device(v, queue))
+
+
+def _close(y, q, k, v, length, scale=None):
+    err = np.abs(dpnp.asnumpy(y).astype(np.float64) - decode_attention_ref(q, k, v, length, scale))
+    assert np.all(err <= decode_attention_bound(q, k, v, length, scale))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_out_warm_calls_and_bind(queue, target):
+    (q, k, v), (qd, kd, vd) = _inputs(queue)
+    out = dpnp.full((8, 64), 7, dtype=np.float16, sycl_queue=queue)
+    assert xe2rt.decode_attention(qd, kd, vd, 33, out=out, target=target) is out
+    _close(out, q, k, v, 33)
+    # warm calls (same shapes: replayed) with new contents and a new length
+    for length in (33, 33, 40):
+        (q2, k2, v2), (qd2, kd2, vd2) = _inputs(queue, seed=length)
+        _close(xe2rt.decode_attention(qd2, kd2, vd2, length, target=target), q2, k2, v2, length)
+    plan = xe2rt.bind(xe2rt.decode_attention, qd, kd, vd, 39, target=target)
+    _close(plan(), q, k, v, 39)
+    q3 = -q
+    qd[...] = to_device(q3, queue)
+    _close(plan(), q3, k, v, 39)
+
+
+def test_warm_calls_are_replayed(queue):
+    """The workspace reaches the recorded op as an argument, so warm calls replay instead of running the op."""
+    from xe2rt import fastcall
+    (q, k, v), (qd, kd, vd) = _inputs(queue, seed=11)
+    xe2rt.decode_attention(qd, kd, vd, 31, target="cpu")
+    entries = [e for key, e in fastcall._entries.items() if key[0] is op._with_workspace and 31 in key]
+    assert entries and all(isinstance(e, fastcall._Entry) for e in entries)
+    _close(xe2rt.decode_attention(qd, kd, vd, 31, target="cpu"), q, k, v, 31)
+
+
+def test_split_rule_documented_examples():
+    """The rule of the module docstring, at its stated examples."""
+    bmg = {"GH": 4, "BT": 16, "MIN_CHUNK": 64, "MAX_SPLITS": 128}
+    cpu = {"BT": 16, "MIN_CHUNK": 256, "MAX_SPLITS": 128, "ITEMS_PER_CU": 2}
+    assert op.split_plan(bmg, "bmg", 640, 8, 4, 32768) == (80, 416)
+    assert op.split_plan(bmg, "bmg", 640, 8, 4, 5120) == (80, 64)
+    assert op.split_plan(bmg, "bmg", 640, 8, 4, 17) == (1, 32)
+    assert op.split_plan(bmg, "bmg", 640, 1, 16, 32768) == (128, 256)  # MAX_SPLITS
+    # 2 compute units x ITEMS_PER_CU 2 = 4 work-items fill this machine's cpu
+    assert op.split_plan(cpu, "cpu", 4, 8, 4, 32768) == (1, 32768)
+    assert op.split_plan(cpu, "cpu", 4, 4, 8, 32768) == (1, 32768)
+    assert op.split_plan(cpu, "cpu", 4, 2, 16, 32768) == (2, 16384)
+    assert op.split_plan(cpu, "cpu", 4, 1, 4, 300) == (2, 160)
+    for length in (1, 15, 16, 17, 4095, 32768):
+        s, chunk = op.split_plan(bmg, "bmg", 640, 2, 8, length)
+        assert chunk % 16 == 0 and s * chunk >= length and (s - 1) * chunk < length + chunk
+
+
+# ---- bad input: raised before any launch, with the rule and the value ----
+
+def _bad(queue, **changes):
+    _, (qd, kd, vd) = _inputs(queue)
+    args = {"q": qd, "k_cache": kd, "v_cache": vd, "length": 20}
+    args.update(changes)
+    return args
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("what,changes,error,match", [
+    ("heads not dividing", lambda q: {"q": dpnp.zeros((7, 64), dtype=np.float16, sycl_queue=q)},
+     xe2rt.InputError, "multiple of the kv heads"),
+    ("G above 16", lambda q: {"q": dpnp.zeros((34, 64), dtype=np.float16, sycl_queue=q)},
+     xe2rt.InputError, "within 1..16"),
+    ("D 96", lambda q: {"q": dpnp.zeros((8, 96), dtype=np.float16, sycl_queue=q),
+                        "k_cache": dpnp.zeros((2, 40, 96), dtype=np.float16, sycl_queue=q),
+                        "v_cache": dpnp.zeros((2, 40, 96), dtype=np.float16, sycl_queue=q)},
+     xe2rt.InputError, "must be 64 or 128, got D = 96"),
+    ("q D differs", lambda q: {"q": dpnp.zeros((8, 128), dtype=np.float16, sycl_queue=q)},
+     xe2rt.InputError, "caches' D = 64"),
+    ("v shape differs", lambda q: {"v_cache": dpnp.zeros((2, 41, 64), dtype=np.float16, sycl_queue=q)},
+     xe2rt.InputError, "v_cache must have k_cache's shape"),
+    ("length 0", lambda q: {"length": 0}, xe2rt.InputError, "got 0"),
+    ("length past the cache", lambda q: {"length": 41}, xe2rt.InputError, "max_tokens = 40"),
+    ("length float", lambda q: {"length": 20.0}, xe2rt.InputTypeError, "length must be an int"),
+    ("length bool", lambda q: {"length": True}, xe2rt.InputTypeError, "length must be an int"),
+    ("q float32", lambda q: {"q": dpnp.zeros((8, 64), dtype=np.float32, sycl_queue=q)},
+     xe2rt.InputTypeError, "q must be float16"),
+    ("k bfloat-ish float32", lambda q: {"k_cache": dpnp.zeros((2, 40, 64), dtype=np.float32, sycl_queue=q)},
+     xe2rt.InputTypeError, "k_cache must be float16"),
+    ("k not contiguous", lambda q: {"k_cache": dpnp.zeros((2, 40, 128), dtype=np.float16, sycl_queue=q)[:, :, ::2]},
+     xe2rt.InputError, "k_cache must be C-contiguous"),
+    ("v not contiguous", lambda q: {"v_cache": dpnp.zeros((2, 80, 64), dtype=np.float16, sycl_queue=q)[:, ::2]},
+     xe2rt.InputError, "v_cache must be C-contiguous"),
+    ("k 2-D", lambda q: {"k_cache": dpnp.zeros((40, 64), dtype=np.float16, sycl_queue=q)},
+     xe2rt.InputError, "k_cache must be 3-D"),
+    ("q numpy", lambda q: {"q": np.zeros((8, 64), dtype=np.float16)}, xe2rt.InputTypeError, "dpnp array"),
+    ("scale string", lambda q: {"scale": "0.1"}, xe2rt.InputTypeError, "scale must be a real number"),
+    ("scale inf", lambda q: {"scale": float("inf")}, xe2rt.InputError, "scale must be finite"),
+    ("out wrong shape", lambda q: {"out": dpnp.zeros((8, 32), dtype=np.float16, sycl_queue=q)},
+     xe2rt.InputError, "out must have shape"),
+    ("out float32", lambda q: {"out": dpnp.zeros((8, 64), dtype=np.float32, sycl_queue=q)},
+     xe2rt.InputTypeError, "out must be float16"),
+])
+def test_bad_input(queue, target, what, changes, error, match):
+    args = _bad(queue, **changes(queue))
+    with pytest.raises(error, match=match):
+        xe2rt.decode_attention(args.pop("q"), args.pop("k_cache"), args.pop("v_cache"), args.pop("length"),
+                               target=target, **args)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_out_overlapping_input_refused(queue, target):
+    _, (qd, kd, vd) = _inputs(queue)
+    with pytest.raises(xe2rt.InputError, match="out overlaps input q"):
+        xe2rt.decode_attention(qd, kd, vd, 20, out=qd, target=target)
+
+
+def test_arrays_on_different_queues(queue):
+    other = dpctl.SyclQueue(queue.sycl_context, queue.sycl_device)
+    (q, k, v), (qd, kd, vd) = _inputs(queue)
+    with pytest.raises(xe2rt.InputError, match="different queues"):
+        xe2rt.decode_attention(qd, kd, to_device(v, other), 20)
+    with pytest.raises(xe2rt.InputError, match="different queues"):
+        xe2rt.decode_attention(qd, kd, vd, 20, out=dpnp.empty((8, 64), dtype=np.float16, sycl_queue=other))
+    # a rejected call leaves everything usable
+    _close(xe2rt.decode_attention(qd, kd, vd, 20), q, k, v, 20)
+
+
+@pytest.mark.parametrize("target", ["bmg", "lnl"])
+def test_xe2_misaligned_view_refused(queue, target):
+    _, (qd, kd, vd) = _inputs(queue)
+    flat = dpnp.zeros(2 * 40 * 64 + 1, dtype=np.float16, sycl_queue=queue)
+    shifted = flat[1:].reshape(2, 40, 64)  # starts 2 bytes into the allocation
+    with pytest.raises(xe2rt.InputError, match="16-byte aligned"):
+        xe2rt.decode_attention(qd, shifted, vd, 20, target=target)
+
+
+def test_cpu_accepts_misaligned_view(queue):
+    (q, k, v), (qd, kd, vd) = _inputs(queue)
+    flat = dpnp.zeros(k.size + 1, dtype=np.float16, sycl_queue=queue)
+    flat[1:] = to_device(k.reshape(-1), queue)
+    _close(xe2rt.decode_attention(qd, flat[1:].reshape(k.shape), vd, 20, target="cpu"), q, k, v, 20)
+
+
+def test_threads_on_one_queue_use_their_own_workspace(queue):
+    """Two threads calling on one queue with split contexts (S = 4 on a 2-unit cpu, a reduce per call): each
+    thread's workspace is its own, so every result matches its reference."""
+    import threading
+    length, results, errors = 1024, {}, []
+
+    def worker(seed):
+        try:
+            (q, k, v), (qd, kd, vd) = _inputs(queue, hq=4, hkv=1, d=64, t=length, seed=seed)
+            outs = [xe2rt.decode_attention(qd, kd, vd, length - i, target="cpu") for i in range(12)]
+            results[seed] = (q, k, v, [dpnp.asnumpy(y) for y in outs])
+        except Exception as exc:  # reported below, with the thread's seed
+            errors.append((seed, exc))
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in (21, 22)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for q, k, v, outs in results.values():
+        for i, y in enumerate(outs):
+            err = np.abs(y.astype(np.float64) - decode_attention_ref(q, k, v, length - i))
+            assert np.all(err <= decode_attention_bound(q, k, v, length - i))

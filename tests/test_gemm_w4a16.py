@@ -1,0 +1,165 @@
+"""gemm_w4a16: the correctness cases of xe2rt/checks/gemm_w4a16.py (float64 reference of the exact dequantized
+weights, elementwise derived bounds stated there) on every target's kernels (bmg/lnl through the software DPAS and 2D
+block built-ins on the CPU device), the M <= 16 decision, and every bad-input rule (refused before launch, out
+untouched)."""
+import numpy as np
+import pytest
+
+import dpctl
+import dpnp
+
+import xe2rt
+from xe2rt.checks import gemm_w4a16 as C
+from xe2rt.ops import gemm_w4a16 as W
+from conftest import to_device
+
+CASES = [(check, target) for check in C.checks() for target in check.targets]
+
+
+@pytest.mark.parametrize("check, target", CASES, ids=[f"{c.name}-{t}" for c, t in CASES])
+def test_check(queue, check, target):
+    result = check.run(queue, target)
+    assert result.passed, result.describe()
+
+
+def test_quick_checks_are_a_subset():
+    names = {c.name for c in C.checks()}
+    quick = C.checks(quick=True)
+    assert quick and {c.name for c in quick} <= names
+
+
+@pytest.fixture
+def setup(queue, rng):
+    w = (rng.standard_normal((96, 256)) * 0.05).astype(np.float32)
+    qw = xe2rt.quantize_w4(w, group_size=64, symmetric=False).to_device(queue)
+    a = to_device(rng.uniform(-1, 1, (20, 256)).astype(np.float16), queue)
+    return a, qw
+
+
+def test_decision_m16_gemv_m17_gemm():
+    assert W.uses_gemv(1, None, None) and W.uses_gemv(16, None, None)
+    assert not W.uses_gemv(17, None, None)
+    assert not W.uses_gemv(4, object(), None) and not W.uses_gemv(4, None, "relu")
+
+
+def test_m16_gemv_path_matches_gemv_w4a16(queue, setup):
+    a, qw = setup
+    got = xe2rt.gemm_w4a16(a[:16], qw)
+    expect = xe2rt.gemv_w4a16(a[:16], qw)
+    assert np.array_equal(dpnp.asnumpy(got), dpnp.asnumpy(expect))
+
+
+def test_m0_and_k0(queue, rng):
+    qw = xe2rt.quantize_w4(rng.standard_normal((40, 128)).astype(np.float32), group_size=128).to_device(queue)
+    empty = xe2rt.gemm_w4a16(to_device(np.zeros((0, 128), np.float16), queue), qw)
+    assert empty.shape == (0, 40)
+    packed = dpnp.zeros((40, 0), dtype=np.uint8, sycl_queue=queue)
+    scales = dpnp.zeros((40, 0), dtype=np.float16, sycl_queue=queue)
+    qw0 = xe2rt.QuantizedW4(packed, scales, None, 32)
+    bias = rng.uniform(-1, 1, 40).astype(np.float16)
+    out = xe2rt.gemm_w4a16(to_device(np.zeros((20, 0), np.float16), queue), qw0, bias=to_device(bias, queue),
+                           activation="relu")
+    assert np.array_equal(dpnp.asnumpy(out), np.broadcast_to(np.maximum(bias, 0), (20, 40)))
+
+
+def expect_refused(exc, match, call, out=None):
+    before = None if out is None else dpnp.asnumpy(out).copy()
+    with pytest.raises(exc, match=match):
+        call()
+    if out is not None:
+        assert np.array_equal(dpnp.asnumpy(out), before, equal_nan=True), "a refused call wrote out"
+
+
+def test_wrong_dtypes(queue, setup):
+    a, qw = setup
+    expect_refused(xe2rt.InputTypeError, "a must be float16", lambda: xe2rt.gemm_w4a16(a.astype(np.float32), qw))
+    expect_refused(xe2rt.InputTypeError, "qw must be a QuantizedW4", lambda: xe2rt.gemm_w4a16(a, qw.packed))
+    bias = dpnp.zeros(96, dtype=np.float32, sycl_queue=queue)
+    expect_refused(xe2rt.InputTypeError, "bias must be float16", lambda: xe2rt.gemm_w4a16(a, qw, bias=bias))
+    out = dpnp.zeros((20, 96), dtype=np.float32, sycl_queue=queue)
+    expect_refused(xe2rt.InputTypeError, "out must be float16", lambda: xe2rt.gemm_w4a16(a, qw, out=out))
+
+
+def test_k_mismatch_and_shapes(queue, setup):
+    a, qw = setup
+    short = dpnp.ascontiguousarray(a[:, :128])
+    expect_refused(xe2rt.InputError, "K must match", lambda: xe2rt.gemm_w4a16(short, qw))
+    expect_refused(xe2rt.InputError, "must be 2-D", lambda: xe2rt.gemm_w4a16(a[0], qw))
+    bias = dpnp.zeros(95, dtype=np.float16, sycl_queue=queue)
+    expect_refused(xe2rt.InputError, "bias must have length N = 96", lambda: xe2rt.gemm_w4a16(a, qw, bias=bias))
+    out = dpnp.full((20, 95), 7, dtype=np.float16, sycl_queue=queue)
+    expect_refused(xe2rt.InputError, r"out must have shape \(20, 96\)", lambda: xe2rt.gemm_w4a16(a, qw, out=out), out)
+    expect_refused(xe2rt.InputError, "activation must be", lambda: xe2rt.gemm_w4a16(a, qw, activation="silu"))
+
+
+def test_qw_on_another_queue(queue, setup):
+    a, qw = setup
+    other = dpctl.SyclQueue(queue.sycl_device)
+    expect_refused(xe2rt.InputError, r"qw = qw.to_device\(a.sycl_queue\)",
+                   lambda: xe2rt.gemm_w4a16(a, qw.to_device(other)))
+    expect_refused(xe2rt.InputError, r"to_device\(a.sycl_queue\)", lambda: xe2rt.gemm_w4a16(a, qw.to_host()))
+
+
+def test_non_contiguous_a(queue, setup):
+    a, qw = setup
+    wide = dpnp.zeros((20, 512), dtype=np.float16, sycl_queue=queue)
+    expect_refused(xe2rt.InputError, "a must be C-contiguous", lambda: xe2rt.gemm_w4a16(wide[:, ::2], qw))
+    f_order = dpnp.zeros((256, 20), dtype=np.float16, sycl_queue=queue).T  # [20, 256], column-major
+    expect_refused(xe2rt.InputError, "a must be C-contiguous", lambda: xe2rt.gemm_w4a16(f_order, qw))
+
+
+def test_out_overlap(queue, setup):
+    a, qw = setup
+    buf = dpnp.zeros(20 * 256 + 20 * 96, dtype=np.float16, sycl_queue=queue)
+    a_view = buf[:20 * 256].reshape(20, 256)
+    a_view[...] = a
+    out = buf[20 * 256 - 96:20 * 256 - 96 + 20 * 96].reshape(20, 96)
+    expect_refused(xe2rt.InputError, "out overlaps input a", lambda: xe2rt.gemm_w4a16(a_view, qw, out=out), out)
+    bias = dpnp.zeros(20 * 96 + 96, dtype=np.float16, sycl_queue=queue)
+    expect_refused(xe2rt.InputError, "out overlaps input bias",
+                   lambda: xe2rt.gemm_w4a16(a, qw, bias=bias[:96], out=bias[:20 * 96].reshape(20, 96)))
+
+
+@pytest.mark.parametrize("target", ["bmg", "lnl"])
+def test_xe2_refuses_short_k_and_unaligned(queue, rng, target):
+    """The Xe2 kernels read A and the codes with 2D block loads: K < 128 (code rows under 64 bytes) and a base not
+    64-byte aligned are refused by name before launch."""
+    qw = xe2rt.quantize_w4(rng.standard_normal((64, 64)).astype(np.float32), group_size=32).to_device(queue)
+    a = to_device(rng.uniform(-1, 1, (20, 64)).astype(np.float16), queue)
+    expect_refused(xe2rt.InputError, "qw.packed rows are 32 bytes",
+                   lambda: W.run(a, qw, target=target, variant="xe2emu"))
+    qw = xe2rt.quantize_w4(rng.standard_normal((64, 256)).astype(np.float32), group_size=32).to_device(queue)
+    flat = dpnp.zeros(20 * 256 + 8, dtype=np.float16, sycl_queue=queue)
+    shifted = flat[8:].reshape(20, 256)  # 16 bytes past a 64-byte aligned base
+    expect_refused(xe2rt.InputError, "a starts at 0x[0-9a-f]+, not 64-byte aligned",
+                   lambda: W.run(shifted, qw, target=target, variant="xe2emu"))
+
+
+def test_native_xe2_target_refused_on_cpu_device(queue, setup):
+    a, qw = setup
+    expect_refused(xe2rt.TargetError, "needs an Intel Xe2 GPU", lambda: W.run(a, qw, target="bmg"))
+
+
+@pytest.mark.parametrize("target", ["bmg", "lnl"])
+def test_xe2_hot_loop_meets_the_bar(target):
+    """The AOT report (build_scripts/aot.py, ocloc's ISA) of both Xe2 kernels: no spills, no private-memory sends,
+    2D block loads in the hot loop, 64 DPAS per 64-k step and at least 2 DPAS per send."""
+    from xe2rt import artifacts
+    kernels = artifacts.manifest()["artifacts"][f"{target}/gemm_w4a16.spv"]["aot"]["kernels"]
+    assert set(kernels) == {"gemm_w4a16_sym", "gemm_w4a16_zp"}
+    for name, k in kernels.items():
+        hot = k["hot_loop"]
+        assert k["spill_size"] == 0 and k["private_sends"] == 0 and k["simd_size"] == 16, (name, k)
+        assert hot["block2d_loads"] >= 8 and hot["private_sends"] == 0, (name, hot)
+        assert hot["dpas"] == 64 and hot["dpas"] / hot["sends"] >= 2, (name, hot)
+
+
+def test_warm_calls_use_their_own_arrays(queue, rng, setup):
+    """xe2rt.gemm_w4a16 replays a warm call's launches (xe2rt.fastcall) with the new call's arrays."""
+    a, qw = setup
+    bias = to_device(rng.uniform(-1, 1, 96).astype(np.float16), queue)
+    for _ in range(3):
+        a2 = to_device(rng.uniform(-1, 1, a.shape).astype(np.float16), queue)
+        got = xe2rt.gemm_w4a16(a2, qw, bias=bias, activation="relu")
+        expect, _ = W.run(a2, qw, bias=bias, activation="relu")
+        assert np.array_equal(dpnp.asnumpy(got), dpnp.asnumpy(expect))

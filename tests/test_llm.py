@@ -1,0 +1,82 @@
+"""xe2rt.models.llm end to end on tiny random checkpoints: prompt logits and greedy decode against the float64
+forward (xe2rt/checks/llm.py, shared with the selftest), sampling, and every bad input."""
+from __future__ import annotations
+
+import dpctl
+import numpy as np
+import pytest
+
+import xe2rt
+from xe2rt.checks import llm as llm_checks
+from xe2rt.errors import InputError, InputTypeError
+from xe2rt.models import llm
+from xe2rt.models import random as rnd
+
+
+@pytest.fixture(scope="module")
+def queue():
+    return dpctl.SyclQueue("cpu")
+
+
+@pytest.mark.parametrize("check", llm_checks.checks(), ids=str)
+def test_llm_against_float64_forward(check, queue):
+    result = check.run(queue, None)
+    assert result.passed, result.describe()
+
+
+@pytest.fixture(scope="module")
+def model(queue, tmp_path_factory):
+    folder = rnd.write("tiny-qwen3", tmp_path_factory.mktemp("m"), fmt="fp16", seed=2)
+    return llm.load(folder, queue=queue, max_tokens=48, progress=False)
+
+
+def test_bad_input_leaves_model_usable(model):
+    ids = np.array([3, 1, 4, 1, 5, 9, 2, 6], np.int32)
+    before = model.logits(ids)
+    v = model.cfg.vocab
+    with pytest.raises(InputError, match=rf"ids\[2\] = {v} is outside the vocabulary \[0, {v}\)"):
+        model.generate([1, 2, v], 3)
+    with pytest.raises(InputError, match=r"ids\[0\] = -1 is outside the vocabulary"):
+        model.logits([-1, 2])
+    with pytest.raises(InputError, match="ids is empty"):
+        model.generate([], 3)
+    with pytest.raises(InputError, match=r"prompt \(8 tokens\) \+ max_new_tokens \(41\) = 49 exceeds max_tokens = 48"):
+        model.generate(ids, 41)
+    with pytest.raises(InputError, match="max_new_tokens must be >= 0, got -1"):
+        model.generate(ids, -1)
+    with pytest.raises(InputTypeError, match="integer token ids"):
+        model.logits(np.array([1.5, 2.0]))
+    with pytest.raises(InputError, match="top_p must be in"):
+        model.generate(ids, 2, temperature=1.0, top_p=0.0)
+    with pytest.raises(InputError, match="temperature must be a finite number >= 0"):
+        model.generate(ids, 2, temperature=-1.0)
+    np.testing.assert_array_equal(model.logits(ids), before)
+    assert len(model.generate(ids, 40)) == 40  # the full cache is usable after the rejections
+    assert model.generate(ids, 0).shape == (0,)
+
+
+def test_sampling(model):
+    ids = np.array([7, 8, 9, 10], np.int32)
+    greedy = model.generate(ids, 6)
+    a = model.generate(ids, 6, temperature=0.8, top_k=20, top_p=0.9, seed=123)
+    b = model.generate(ids, 6, temperature=0.8, top_k=20, top_p=0.9, seed=123)
+    np.testing.assert_array_equal(a, b)  # seeded: reproducible
+    np.testing.assert_array_equal(model.generate(ids, 6, temperature=1.0, top_k=1, seed=5), greedy)
+    np.testing.assert_array_equal(model.generate(ids, 6, temperature=5.0, top_p=1e-6, seed=5), greedy)
+    draws = np.concatenate([model.generate(ids, 1, temperature=100.0, seed=s) for s in range(12)])
+    assert len(set(draws.tolist())) > 3  # near-uniform at a high temperature: different tokens
+    seen = []
+    stop = int(greedy[2])
+    first = greedy.tolist().index(stop) + 1  # generation ends with the first stop token, included
+    out = model.generate(ids, 6, stop=[stop], stream=seen.append)
+    np.testing.assert_array_equal(out, greedy[:first])
+    assert seen == greedy[:first].tolist()
+
+
+def test_unsupported_and_missing(tmp_path, queue):
+    with pytest.raises(xe2rt.Xe2rtError, match="does not exist"):
+        llm.load(tmp_path / "missing", queue=queue)
+    with pytest.raises(InputError, match="weights must be one of"):
+        llm.load(tmp_path, queue=queue, weights="int3")
+    with pytest.raises(InputError, match="max_tokens must be an int in"):
+        llm.load(tmp_path, queue=queue, max_tokens=0)

@@ -1,0 +1,297 @@
+"""Checkpoint reading (xe2rt.models.checkpoint / llm_weights / random): every 4-bit layout decoded against an
+independent per-element decode of the stored tensors, bfloat16 conversion, shards, and the named errors."""
+from __future__ import annotations
+
+import json
+import math
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from xe2rt.models import random as rnd
+from xe2rt.models.checkpoint import CheckpointError, UnsupportedModelError, read_config
+from xe2rt.models.llm_weights import load_weights
+from xe2rt.quant import QuantizedW4
+from xe2rt.reference.llm import forward, rope_inv_freq
+
+
+def nib(word, j):
+    return (int(word) >> (4 * j)) & 15
+
+
+def decode_reference(fmt: str, t: dict, prefix: str, n: int, k: int, v2: bool = False) -> np.ndarray:
+    """w[n, k] from the stored tensors, element by element from the layout rules of TOOLCHAIN.md section 7."""
+    w = np.zeros((n, k))
+    if fmt == "gptq":
+        qw, qz, s = t[f"{prefix}.qweight"], t[f"{prefix}.qzeros"], t[f"{prefix}.scales"].astype(np.float64)
+        g = k // s.shape[0]
+        for kk in range(k):
+            for nn in range(n):
+                z = nib(qz[kk // g, nn // 8], nn % 8) + (0 if v2 else 1)
+                w[nn, kk] = (nib(qw[kk // 8, nn], kk % 8) - z) * s[kk // g, nn]
+    elif fmt == "awq":
+        order = (0, 2, 4, 6, 1, 3, 5, 7)
+        qw, qz, s = t[f"{prefix}.qweight"], t[f"{prefix}.qzeros"], t[f"{prefix}.scales"].astype(np.float64)
+        g = k // s.shape[0]
+        slot = {c: j for j, c in enumerate(order)}
+        for kk in range(k):
+            for nn in range(n):
+                z = nib(qz[kk // g, nn // 8], slot[nn % 8])
+                w[nn, kk] = (nib(qw[kk, nn // 8], slot[nn % 8]) - z) * s[kk // g, nn]
+    else:
+        qw, s = t[f"{prefix}.weight_packed"], t[f"{prefix}.weight_scale"].astype(np.float64)
+        zp = t.get(f"{prefix}.weight_zero_point")
+        g = k // s.shape[1]
+        for nn in range(n):
+            for kk in range(k):
+                z = 8 if zp is None else nib(zp[nn // 8, kk // g], nn % 8)
+                w[nn, kk] = (nib(qw[nn, kk // 8], kk % 8) - z) * s[nn, kk // g]
+    return w
+
+
+CASES = [("gptq", 32, True, False), ("gptq", 128, False, False), ("gptq", 64, False, True), ("awq", 64, False, False),
+         ("compressed-tensors", 128, True, False), ("compressed-tensors", 64, False, False)]
+
+
+@pytest.mark.parametrize("fmt,group,sym,v2", CASES, ids=[f"{c[0]}-g{c[1]}-{'sym' if c[2] else 'asym'}"
+                                                            f"{'-v2' if c[3] else ''}" for c in CASES])
+def test_4bit_layouts(tmp_path, fmt, group, sym, v2):
+    out = rnd.write("tiny-llama", tmp_path, fmt=fmt, layers=1, group=group, sym=sym, gptq_v2=v2, seed=3)
+    cfg, w = load_weights(out, progress=False)
+    stored = load_file(str(out / "model.safetensors"))
+    qkv = w["layers"][0]["qkv"]
+    assert isinstance(qkv, QuantizedW4) and qkv.group_size == group
+    assert (qkv.zeros is None) == sym
+    got = qkv.dequantize(np.float64)
+    hq = cfg.heads * cfg.head_dim
+    # 16 rows of q_proj and 16 of k_proj (the stacking offset), decoded element by element
+    want_q = decode_reference(fmt, stored, "model.layers.0.self_attn.q_proj", hq, cfg.hidden, v2)
+    want_k = decode_reference(fmt, stored, "model.layers.0.self_attn.k_proj", cfg.kv_heads * cfg.head_dim,
+                              cfg.hidden, v2)
+    np.testing.assert_array_equal(got[:16], want_q[:16])
+    np.testing.assert_array_equal(got[hq:hq + 16], want_k[:16])
+    np.testing.assert_array_equal(got[:hq], want_q)
+    # weights="fp16" dequantizes the same values (rounded once to float16)
+    _, wf = load_weights(out, "fp16", progress=False)
+    np.testing.assert_array_equal(wf["layers"][0]["qkv"][:hq], want_q.astype(np.float16))
+
+
+def test_bf16_and_shards(tmp_path):
+    a = rnd.write("tiny-qwen3", tmp_path / "bf", fmt="bf16", layers=1, seed=5)
+    b = rnd.write("tiny-qwen3", tmp_path / "sh", fmt="bf16", layers=1, seed=5, shard_mb=0.3)
+    assert (b / "model.safetensors.index.json").is_file() and len(list(b.glob("*.safetensors"))) > 2
+    _, wa = load_weights(a, progress=False)
+    _, wb = load_weights(b, progress=False)
+    np.testing.assert_array_equal(wa["embed"], wb["embed"])
+    np.testing.assert_array_equal(wa["layers"][0]["gate_up"], wb["layers"][0]["gate_up"])
+    # independent bf16 decode: the raw 16 bits are the top half of a float32
+    hdr = json.loads((a / "model.safetensors").read_bytes()[8:8 + struct.unpack("<Q", (a / "model.safetensors")
+                                                                            .read_bytes()[:8])[0]])
+    meta = hdr["model.norm.weight"]
+    raw = (a / "model.safetensors").read_bytes()
+    base = 8 + struct.unpack("<Q", raw[:8])[0]
+    bits = np.frombuffer(raw[base + meta["data_offsets"][0]:base + meta["data_offsets"][1]], np.uint16)
+    want = np.array([struct.unpack("<f", struct.pack("<I", int(x) << 16))[0] for x in bits], np.float16)
+    np.testing.assert_array_equal(wa["norm"], want)
+
+
+def _bf16_file(path, name, values):
+    bits = rnd.bf16_bits(np.asarray(values, np.float32))
+    hdr = json.dumps({name: {"dtype": "BF16", "shape": [len(values)], "data_offsets": [0, 2 * len(values)]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    path.write_bytes(struct.pack("<Q", len(hdr)) + hdr + bits.tobytes())
+
+
+def test_bf16_overflow_names_tensor(tmp_path):
+    out = rnd.write("tiny-llama", tmp_path, fmt="bf16", layers=1)
+    from xe2rt.models.checkpoint import Checkpoint
+    _bf16_file(out / "model.safetensors", "model.norm.weight", [1.0, 2.0, 1e6])
+    with pytest.raises(CheckpointError, match=r"model\.norm\.weight. \(BF16\) holds 999424 at \(2,\), which overflows float16"):
+        Checkpoint(out).fp16("model.norm.weight")
+
+
+def _rewrite_without(path, drop=None, replace=None):
+    t = load_file(str(path))
+    if drop:
+        del t[drop]
+    if replace:
+        t.update(replace)
+    save_file(t, str(path))
+
+
+def test_errors(tmp_path):
+    out = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=1)
+    st = out / "model.safetensors"
+    # missing tensor
+    _rewrite_without(st, drop="model.layers.0.self_attn.k_proj.weight")
+    with pytest.raises(CheckpointError, match=r"model\.layers\.0\.self_attn\.k_proj\.weight' is missing"):
+        load_weights(out, progress=False)
+    # wrong shape
+    rnd.write("tiny-llama", out, fmt="fp16", layers=1)
+    _rewrite_without(st, replace={"model.layers.0.mlp.down_proj.weight": np.zeros((256, 500), np.float16)})
+    with pytest.raises(CheckpointError, match=r"down_proj\.weight' has shape \[256, 500\], expected \[256, 512\]"):
+        load_weights(out, progress=False)
+    # truncated
+    rnd.write("tiny-llama", out, fmt="fp16", layers=1)
+    data = st.read_bytes()
+    st.write_bytes(data[:len(data) - 1000])
+    with pytest.raises(CheckpointError, match="truncated safetensors file"):
+        load_weights(out, progress=False)
+    st.write_bytes(b"\xff" * 16)
+    with pytest.raises(CheckpointError, match="corrupt safetensors"):
+        load_weights(out, progress=False)
+    # config disagreements and unsupported things
+    rnd.write("tiny-llama", out, fmt="fp16", layers=1)
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(dict(cfg, intermediate_size=640)))
+    with pytest.raises(CheckpointError, match=r"gate_proj\.weight' has shape \[512, 256\], expected \[640, 256\]"):
+        load_weights(out, progress=False)
+    (out / "config.json").write_text(json.dumps(dict(cfg, architectures=["MistralForCausalLM"])))
+    with pytest.raises(UnsupportedModelError, match="MistralForCausalLM.*supported: LlamaForCausalLM, "
+                                                    "Qwen3ForCausalLM, Qwen3MoeForCausalLM"):
+        read_config(out)
+    (out / "config.json").write_text(json.dumps(dict(cfg, quantization_config={"quant_method": "bitsandbytes"})))
+    with pytest.raises(UnsupportedModelError, match="'bitsandbytes' is not supported; supported: gptq, awq, "
+                                                    "compressed-tensors"):
+        read_config(out)
+    (out / "config.json").write_text(json.dumps(dict(cfg, rope_scaling={"rope_type": "yarn", "factor": 4.0})))
+    with pytest.raises(UnsupportedModelError, match="'yarn' is not supported"):
+        read_config(out)
+    (out / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        read_config(out)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        read_config(tmp_path / "nowhere")
+
+
+def test_tied_disagreement(tmp_path):
+    out = rnd.write("tiny-qwen3", tmp_path, fmt="fp16", layers=1)
+    t = load_file(str(out / "model.safetensors"))
+    t["lm_head.weight"] = t["model.embed_tokens.weight"] + np.float16(1)
+    save_file(t, str(out / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="tie_word_embeddings true but lm_head.weight differs"):
+        load_weights(out, progress=False)
+
+
+def test_quantized_config_disagreements(tmp_path):
+    out = rnd.write("tiny-llama", tmp_path, fmt="gptq", layers=1, group=64)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["quantization_config"]["group_size"] = 128
+    (out / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="scales imply group size 64 but config.json says group_size 128"):
+        load_weights(out, progress=False)
+    # tensors quantized while config.json says float
+    del cfg["quantization_config"]
+    (out / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="qweight is a GPTQ/AWQ tensor but config.json's"):
+        load_weights(out, progress=False)
+
+
+def test_gptq_act_order(tmp_path):
+    """A permuted g_idx: refused by name for W4, dequantized exactly through g_idx with weights='fp16'."""
+    out = rnd.write("tiny-llama", tmp_path, fmt="gptq", layers=1, group=32, sym=False)
+    st = out / "model.safetensors"
+    t = load_file(str(st))
+    prefix = "model.layers.0.self_attn.o_proj"
+    k = t[f"{prefix}.g_idx"].shape[0]
+    perm = np.random.default_rng(1).permutation(k)
+    g_idx = (perm // 32).astype(np.int32)
+    t[f"{prefix}.g_idx"] = g_idx
+    save_file(t, str(st))
+    with pytest.raises(UnsupportedModelError, match=r"o_proj: GPTQ desc_act.*permuted g_idx.*weights='fp16'"):
+        load_weights(out, progress=False)
+    _, w = load_weights(out, "fp16", progress=False)
+    n = t[f"{prefix}.scales"].shape[1]
+    qw, qz, s = t[f"{prefix}.qweight"], t[f"{prefix}.qzeros"], t[f"{prefix}.scales"].astype(np.float64)
+    for nn, kk in [(0, 0), (5, 77), (n - 1, k - 1), (100, 200)]:
+        z = nib(qz[g_idx[kk], nn // 8], nn % 8) + 1
+        want = (nib(qw[kk // 8, nn], kk % 8) - z) * s[g_idx[kk], nn]
+        assert w["layers"][0]["o"][nn, kk] == np.float16(want)
+
+
+def test_tied_and_moe_layout(tmp_path):
+    out = rnd.write("tiny-qwen3-moe", tmp_path / "moe", fmt="awq", group=64, sym=False)
+    cfg, w = load_weights(out, progress=False)
+    ex = w["layers"][1]["experts"]
+    assert ex.shape == (8, 256, 128) and ex.gate_up.group_size == 64
+    stored = load_file(str(out / "model.safetensors"))
+    gu, dn = ex.dequantize()
+    want = decode_reference("awq", stored, "model.layers.1.mlp.experts.5.up_proj", 128, 256)
+    np.testing.assert_array_equal(gu[5, 128:], want.astype(np.float32))
+    tied = rnd.write("tiny-qwen3", tmp_path / "tied", fmt="fp16")
+    cfg, w = load_weights(tied, "w4", group_size=64, progress=False)
+    assert cfg.tie_embeddings and isinstance(w["lm_head"], QuantizedW4)
+    np.testing.assert_allclose(w["lm_head"].dequantize(np.float64), w["embed"].astype(np.float64),
+                               atol=float(np.abs(w["embed"]).max()) / 7 / 2 * 1.01)
+
+
+def test_reference_forward_is_causal_and_llama3_rope():
+    """The float64 forward: row t depends only on tokens <= t; llama3 inv_freq at its three regimes."""
+    from xe2rt.models.checkpoint import parse_config
+    cfg = parse_config(rnd.shipped_config("tiny-qwen3-moe"))
+    rng = np.random.default_rng(0)
+    w = {}
+    for name, shape, role in rnd.float_tensors(cfg):
+        w[name] = 1 + 0.1 * rng.standard_normal(shape) if role == "norm" else rng.standard_normal(shape) / 16
+    for prefix, n, k in rnd.linears(cfg):
+        w[prefix] = rng.standard_normal((n, k)) / math.sqrt(k)
+    w["lm_head"] = w.pop("lm_head.weight")
+    ids = rng.integers(0, cfg.vocab, 9)
+    full = forward(cfg, w, ids)
+    np.testing.assert_allclose(forward(cfg, w, ids[:5]), full[:5], rtol=1e-12, atol=1e-12)
+    assert not np.allclose(forward(cfg, w, ids[:5] + 1)[4], full[4])
+    # llama3: factor 8, low 1, high 4, original 8192 (Llama-3.1): wavelength < 2048 kept, > 8192 divided by 8
+    sc = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    base = 1.0 / 500000.0 ** (np.arange(0, 128, 2) / 128)  # as transformers computes it
+    got = rope_inv_freq(128, 500000.0, sc)
+    wl = 2 * np.pi / base
+    assert np.array_equal(got[wl < 2048], base[wl < 2048])
+    assert np.allclose(got[wl > 8192], base[wl > 8192] / 8, rtol=1e-15)
+    mid = (wl >= 2048) & (wl <= 8192)
+    smooth = (8192 / wl[mid] - 1) / 3
+    assert mid.any() and np.allclose(got[mid], (1 - smooth) * base[mid] / 8 + smooth * base[mid], rtol=1e-15)
+
+
+RSS_SCRIPT = r"""
+import resource, sys, numpy as np
+import dpctl, dpnp
+from xe2rt.models.llm_weights import device_placer, load_weights, weight_bytes
+q = dpctl.SyclQueue("cpu")
+dpnp.ones(1 << 20, sycl_queue=q).sum()
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+import threading
+before = rss()
+samples, done = [before], threading.Event()
+def watch():  # ru_maxrss / VmHWM keep dpnp's start-up peak (resetting them is not allowed here): sample instead
+    while not done.wait(0.002):
+        samples.append(rss())
+threading.Thread(target=watch, daemon=True).start()
+cfg, w = load_weights(sys.argv[1], sys.argv[2], progress=False, place=device_placer(q))
+q.wait()
+done.set()
+peak = max(samples + [rss()])
+print(before, peak, weight_bytes(w))
+"""
+
+
+@pytest.fixture(scope="module")
+def rss_checkpoint(tmp_path_factory):
+    raw = dict(rnd.shipped_config("tiny-llama"), vocab_size=32768, hidden_size=1024, intermediate_size=2048,
+               num_attention_heads=8, num_key_value_heads=2, head_dim=128)
+    return rnd.write(raw, tmp_path_factory.mktemp("rss"), fmt="bf16", layers=2)
+
+
+@pytest.mark.parametrize("mode", ["auto", "w4"])
+def test_load_peak_rss(rss_checkpoint, mode):
+    """Peak RSS growth while loading onto the device <= 1.5x the loaded weights' bytes (bf16 file, streamed)."""
+    res = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(rss_checkpoint), mode], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    before, peak, wbytes = map(int, res.stdout.split())
+    assert wbytes > 30e6
+    assert peak - before <= 1.5 * wbytes, (peak - before, wbytes)

@@ -1,0 +1,122 @@
+"""python -m xe2rt selftest: the report, failures named, the native-vs-spec comparison (on the software built-ins
+here: it must find no difference, and name the lanes of a deliberately wrong emulation), and bad input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xe2rt import artifacts, selftest
+from xe2rt.checks import builtins
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "build_scripts"))
+
+
+def run_cli(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "xe2rt", "selftest", *args], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.mark.parametrize("target", [None, "bmg"])
+def test_report_passes_and_is_complete(tmp_path, target):
+    out = tmp_path / "report.json"
+    env = {"XE2RT_TARGET": target} if target else {}
+    proc = run_cli("--quick", "--families", "gemv_w8a16", "softmax_topk", "--no-bench", "--json", str(out), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    report = json.loads(out.read_text())
+    assert report["passed"] is True and report["versions"]["dpctl"] and report["binaries"]
+    dev = report["devices"][0]
+    assert dev["device"]["target"] == (target or "cpu") and dev["device"]["driver"]
+    assert {c["family"] for c in dev["checks"]} == {"gemv_w8a16", "softmax_topk"}
+    for c in dev["checks"]:
+        assert c["passed"] and c["error"] <= c["bound"] and c["bound_rule"], c
+    assert dev["native_builtins"]["skipped"]  # the CPU device has no native 2D block IO / DPAS
+    assert "result: PASS" in proc.stdout and str(out) in proc.stdout
+
+
+def test_corrupted_reference_fails_and_names_the_case(queue, monkeypatch):
+    from xe2rt.reference import quant
+    real = quant.gemv_w8
+    monkeypatch.setattr(quant, "gemv_w8", lambda x, qw: real(x, qw) * 1.01)
+    records = selftest.run_checks(queue, "cpu", ["gemv_w8a16"], quick=True)
+    assert records and all(not r["passed"] for r in records)
+    assert all(r["error"] > r["bound"] and r["case"].startswith("N=") for r in records)
+    text = selftest.summary({"versions": {}, "quick": True, "passed": False, "devices": [{
+        "device": {"name": "x", "type": "cpu", "driver": "d", "target": "cpu"}, "checks": records,
+        "native_builtins": {"skipped": "n/a", "records": []}}]})
+    assert f"FAIL gemv_w8a16[{records[0]['case']}]" in text
+
+
+def test_corrupted_binary_fails_and_names_the_case(tmp_path, queue, monkeypatch):
+    kernels = tmp_path / "kernels"
+    src = Path(artifacts.__file__).parent / "kernels"
+    (kernels / "cpu").mkdir(parents=True)
+    (kernels / "manifest.json").write_bytes((src / "manifest.json").read_bytes())
+    data = bytearray((src / "cpu" / "gemv_w8a16.spv").read_bytes())
+    data[100] ^= 0xFF
+    (kernels / "cpu" / "gemv_w8a16.spv").write_bytes(bytes(data))
+    monkeypatch.setenv("XE2RT_KERNEL_DIR", str(kernels))
+    artifacts.clear_caches()
+    try:
+        records = selftest.run_checks(queue, "cpu", ["gemv_w8a16"], quick=True)
+    finally:
+        monkeypatch.delenv("XE2RT_KERNEL_DIR")
+        artifacts.clear_caches()
+    assert records and all(not r["passed"] for r in records)
+    assert all("does not match its manifest" in r["detail"] for r in records)
+
+
+# The no-difference half runs in tests/test_block2d.py and test_gemm_fp16_ult.py (the same comparisons, every target).
+SUBSET = ("read 16b 1r16x1c", "read 16b 8r16x2c", "read transform 16b 16r16x1c", "dpas A/B/C layouts and numerics")
+
+
+def test_native_comparison_names_the_lanes_of_a_wrong_emulation(tmp_path, queue, monkeypatch):
+    """Build the unit-test kernels with a fault injected into the software 2D read (lane 5 reads lane 4's column),
+    load them as the 'native' family, and the comparison must name lane 5 and no other."""
+    import build_spirv
+    import tomllib
+    spec = tomllib.loads((REPO / "spirv_src" / "gemm_fp16_ult.toml").read_text())
+    spec["targets"]["cpu"] = {**spec["targets"]["cpu"], "BLOCK2D_EMU_FAULT_LANE": 5}
+    entry = build_spirv.build_one(builtins.NATIVE, spec, "cpu", tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {f"cpu/{builtins.NATIVE}.spv": entry}}))
+    monkeypatch.setenv("XE2RT_KERNEL_DIR", str(tmp_path))
+    artifacts.clear_caches()
+    try:
+        results = {name: run(queue, "cpu") for name, run in builtins.comparisons(builtins.NATIVE) if name in SUBSET}
+    finally:
+        monkeypatch.delenv("XE2RT_KERNEL_DIR")
+        artifacts.clear_caches()
+    plain = [r for name, r in results.items() if name.startswith("read 16b")]
+    assert plain and all(not r.passed for r in plain)
+    for r in plain:
+        assert "lanes [5] differ" in r.detail and "lane 5 components" in r.detail, r.detail
+    # the transform and transposed reads and DPAS do not go through the faulty macro
+    assert all(r.passed for name, r in results.items() if not name.startswith("read 16b")), results
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "level_zero:gpu:7"], "matches no SYCL device"),
+    (["--json", "/proc/xe2rt-no/report.json"], "cannot write the report"),
+    (["--families", "nope"], "unknown check families"),
+])
+def test_bad_input_one_line_exit_2(args, message):
+    proc = run_cli(*args, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_device_without_target_is_a_usage_error(monkeypatch):
+    from xe2rt import targets
+    from xe2rt.errors import TargetError
+
+    def no_target(device, target=None):
+        raise TargetError("not an Intel GPU nor a CPU")
+    monkeypatch.setattr(targets, "resolve", no_target)
+    with pytest.raises(selftest.UsageError, match="has no usable kernel target"):
+        selftest._run(type("A", (), {"families": ["gemv_w8a16"], "json": os.devnull, "device": None,
+                                     "quick": True, "no_bench": True})())

@@ -1,0 +1,79 @@
+"""The OpenCL C -> SPIR-V toolchain every xe2rt binary goes through: clang-15, llvm-link-15 (several sources only),
+llvm-spirv-15, spirv-val. The options are those of the shipped kernels; changing them changes every binary."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..errors import BuildError
+
+CLANG = "clang-15"
+LLVM_LINK = "llvm-link-15"
+LLVM_SPIRV = "llvm-spirv-15"
+SPIRV_VAL = "spirv-val"
+# -disable-llvm-passes: llvm-spirv-15 cannot translate what clang-15's -O2 pipeline emits for some kernels (`freeze`,
+# unstructured merge blocks); both the Intel CPU runtime and IGC optimize the SPIR-V themselves.
+CLANG_OPTIONS = ["-cl-std=CL2.0", "-target", "spir64", "-O2", "-Xclang", "-disable-llvm-passes",
+                 "-Xclang", "-no-opaque-pointers", "-emit-llvm"]
+SPIRV_OPTIONS = ["--spirv-ext=+SPV_INTEL_subgroups"]
+# The reflection build (xe2rt.build.reflect reads argument names and C types from it): clang keeps the names only
+# with -cl-kernel-arg-info, llvm-spirv keeps the C types as OpStrings only when asked. Both add to the module, so the
+# shipped binary is built without them and the reflection build must agree with it on everything else.
+ARG_INFO_CLANG_OPTIONS = ["-cl-kernel-arg-info"]
+ARG_INFO_SPIRV_OPTIONS = ["--preserve-ocl-kernel-arg-type-metadata-through-string"]
+INSTALL_HINT = "apt-get install -y clang-15 llvm-15 llvm-spirv-15 spirv-tools"
+
+
+def tool_version(tool: str) -> str:
+    out = subprocess.run([tool, "--version"], capture_output=True, text=True)
+    text = (out.stdout + out.stderr).strip().splitlines()
+    return text[0].strip() if text else "unknown"
+
+
+def compilers() -> dict:
+    """Versions of the tools that made the shipped binaries (llvm-link is used only for several sources)."""
+    return {name: tool_version(name) for name in (CLANG, LLVM_SPIRV, SPIRV_VAL)}
+
+
+def require_tools(tools=(CLANG, LLVM_SPIRV, SPIRV_VAL)) -> None:
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise BuildError(f"the SPIR-V build needs {', '.join(missing)}, not found on PATH: {INSTALL_HINT}")
+
+
+def run(cmd: list[str], what: str, cwd: Path | None = None) -> str:
+    """Run a tool; on failure raise BuildError with its own message (clang's names file:line:column)."""
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        where = f" (in {cwd})" if cwd else ""
+        raise BuildError(f"{what} failed (exit {proc.returncode}){where}:\n{proc.stdout}{proc.stderr}".rstrip()
+                         + f"\ncommand: {' '.join(cmd)}")
+    return proc.stdout
+
+
+def compile_spirv(sources: list[Path], clang_args: list[str], out: Path, work: Path, what: str,
+                  arg_info: bool = False) -> None:
+    """Compile OpenCL C `sources` (one module) to validated SPIR-V at `out`.
+
+    Each source compiles in its own folder, named by its file name, with `-I .` first: the command line the shipped
+    kernels have always had (so their binaries stay byte-identical). Several sources are linked with llvm-link."""
+    extra_clang = ARG_INFO_CLANG_OPTIONS if arg_info else []
+    bitcode = []
+    for n, source in enumerate(sources):
+        bc = work / f"{n}_{source.stem}.bc"
+        run([CLANG, *CLANG_OPTIONS, *extra_clang, *clang_args, "-c", source.name, "-o", str(bc)],
+            f"{CLANG} compiling {source.name} for {what}", cwd=source.parent)
+        bitcode.append(bc)
+    if len(bitcode) > 1:
+        require_tools((LLVM_LINK,))
+        linked = work / "linked.bc"
+        run([LLVM_LINK, *map(str, bitcode), "-o", str(linked)], f"{LLVM_LINK} linking {what}")
+        bitcode = [linked]
+    run([LLVM_SPIRV, str(bitcode[0]), "-o", str(out), *SPIRV_OPTIONS, *(ARG_INFO_SPIRV_OPTIONS if arg_info else [])],
+        f"{LLVM_SPIRV} translating {what}")
+    validate(out, what)
+
+
+def validate(spv: Path, what: str) -> None:
+    run([SPIRV_VAL, str(spv)], f"{SPIRV_VAL} validating {what}")

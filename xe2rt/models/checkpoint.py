@@ -1,0 +1,586 @@
+"""Hugging Face decoder checkpoints: config.json, safetensors (single file or shards), quantization formats.
+
+Reading is streamed, tensor by tensor: every file's header is checked against its size first (truncated / corrupt
+files named). Integer tensors (packed 4-bit codes, zeros) come through the `safetensors` package's memory-mapped
+reader (the mapping dropped every READ_WINDOW bytes); float tensors are read in row slices of CONVERT_SLICE elements
+with positioned reads at the header's offsets and converted to float16 slice by slice (numpy has no bfloat16; and a
+mapping's touched pages would count in the resident set until unmapped). The two largest tensors (embeddings,
+lm_head) go to the device slice by slice, so the host never holds a whole copy of them; nothing holds a float32 copy
+of a model.
+
+Quantized linears (names are the module prefix + suffix; see TOOLCHAIN.md section 7 for the bit layouts):
+  GPTQ v1 / v2      .qweight .qzeros .scales [.g_idx]   quant_method "gptq", bits 4; desc_act with a permuted g_idx
+                    loads only with weights="fp16" (dequantized exactly through g_idx), W4 refuses it by name
+  AWQ GEMM          .qweight .qzeros .scales            quant_method "awq", version "gemm", zero_point true
+  compressed-tensors .weight_packed .weight_scale [.weight_zero_point] .weight_shape  format "pack-quantized", 4 bit
+                    int weights in groups (strategy "group"), symmetric or not
+Whether a linear is quantized is read from the tensors present (modules in `ignore` / `modules_to_not_convert` are
+plain `.weight`), so a config that disagrees with the files is caught by name.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError, Xe2rtError
+from ..quant import (GROUP_SIZES, QuantizedW4, QuantizedW8, SYMMETRIC_ZERO, _unpack_nibbles, from_awq, from_gptq,
+                     quantize_w4, quantize_w8)
+
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+QUANT_METHODS = ("gptq", "awq", "compressed-tensors")
+WEIGHT_MODES = ("auto", "fp16", "w4", "w8")
+READ_WINDOW = 256 << 20  # bytes read through one mapping before it is reopened (bounds resident file pages)
+CONVERT_SLICE = 1 << 20  # elements read (and converted bf16/fp32 -> fp16) at a time
+DTYPES = {"F16": np.float16, "F32": np.float32, "I32": np.int32, "I64": np.int64, "U8": np.uint8, "I8": np.int8,
+          "BF16": None, "F64": np.float64, "I16": np.int16, "U32": np.uint32, "BOOL": np.bool_}
+ITEMSIZE = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "I64": 8, "U8": 1, "I8": 1, "F64": 8, "I16": 2, "U32": 4,
+            "BOOL": 1}
+
+
+class CheckpointError(Xe2rtError, ValueError):
+    """A checkpoint folder is missing files, holds corrupt or wrong-shaped tensors, or disagrees with its config."""
+
+
+class UnsupportedModelError(Xe2rtError, ValueError):
+    """The architecture or quantization method is not one xe2rt runs (the message lists what is)."""
+
+
+# ----------------------------------------------------------------------------------------------------------- config
+@dataclass
+class QuantConfig:
+    method: str | None = None  # None: float checkpoint
+    bits: int = 16
+    group_size: int = 0
+    symmetric: bool = True
+    desc_act: bool = False
+    checkpoint_format: str = "gptq"  # GPTQ only: "gptq" (v1) or "gptq_v2"
+    ignore: tuple = ()
+    raw: dict = field(default_factory=dict)
+
+
+@dataclass
+class ModelConfig:
+    architecture: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    eps: float
+    rope_theta: float
+    rope_scaling: dict | None
+    tie_embeddings: bool
+    max_positions: int
+    eos_ids: tuple
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate: int = 0
+    norm_topk_prob: bool = True
+    moe_layers: tuple = ()
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.architecture != "LlamaForCausalLM"
+
+    def is_moe_layer(self, i: int) -> bool:
+        return i in self.moe_layers
+
+
+def _field(raw: dict, name: str, kind=int, default=None, path="config.json"):
+    value = raw.get(name, default)
+    if value is None:
+        raise CheckpointError(f"{path}: field {name!r} is missing")
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise CheckpointError(f"{path}: {name} must be a positive integer, got {value!r}")
+    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise CheckpointError(f"{path}: {name} must be a positive number, got {value!r}")
+    return kind(value)
+
+
+def parse_quant(raw: dict | None, path: str = "config.json") -> QuantConfig:
+    if not raw:
+        return QuantConfig()
+    method = raw.get("quant_method")
+    if method not in QUANT_METHODS:
+        raise UnsupportedModelError(f"{path}: quantization_config.quant_method {method!r} is not supported; "
+                                    f"supported: {', '.join(QUANT_METHODS)} (4-bit weights), or a float checkpoint")
+    if method == "compressed-tensors":
+        fmt = raw.get("format")
+        if fmt != "pack-quantized":
+            raise UnsupportedModelError(f"{path}: compressed-tensors format {fmt!r} is not supported; supported: "
+                                        f"'pack-quantized' (W4A16)")
+        groups = raw.get("config_groups") or {}
+        specs = [g.get("weights") or {} for g in groups.values()]
+        if len(specs) != 1:
+            raise UnsupportedModelError(f"{path}: compressed-tensors with {len(specs)} config_groups is not supported;"
+                                        f" supported: one group of 4-bit int weights")
+        w = specs[0]
+        if (w.get("num_bits"), w.get("type"), w.get("strategy")) != (4, "int", "group") or w.get("dynamic"):
+            raise UnsupportedModelError(f"{path}: compressed-tensors weights {w} are not supported; supported: "
+                                        f"num_bits 4, type int, strategy group, static")
+        if w.get("actorder") not in (None, False, "static"):
+            raise UnsupportedModelError(f"{path}: compressed-tensors actorder {w.get('actorder')!r} (permuted groups)"
+                                        f" is not supported; supported: actorder null or 'static'")
+        for g in groups.values():
+            if g.get("input_activations"):
+                raise UnsupportedModelError(f"{path}: quantized input activations are not supported (W4A16 only)")
+        return QuantConfig("compressed-tensors", 4, int(w.get("group_size") or 0), bool(w.get("symmetric", True)),
+                           ignore=tuple(raw.get("ignore") or ()), raw=raw)
+    bits = raw.get("bits", raw.get("w_bit"))
+    if bits != 4:
+        raise UnsupportedModelError(f"{path}: {method} with bits = {bits!r} is not supported; supported: 4")
+    group = raw.get("group_size", raw.get("q_group_size"))
+    if method == "awq":
+        version = str(raw.get("version", "gemm")).lower()
+        if version != "gemm":
+            raise UnsupportedModelError(f"{path}: AWQ version {version!r} is not supported; supported: 'gemm'")
+        if not raw.get("zero_point", True):
+            raise UnsupportedModelError(f"{path}: AWQ with zero_point false is not supported; supported: zero_point "
+                                        f"true (the AutoAWQ default)")
+        return QuantConfig("awq", 4, int(group or 0), False, ignore=tuple(raw.get("modules_to_not_convert") or ()),
+                           raw=raw)
+    fmt = raw.get("checkpoint_format", "gptq")
+    if fmt not in ("gptq", "gptq_v2"):
+        raise UnsupportedModelError(f"{path}: GPTQ checkpoint_format {fmt!r} is not supported; supported: 'gptq' "
+                                    f"(v1), 'gptq_v2'")
+    return QuantConfig("gptq", 4, int(group or 0), bool(raw.get("sym", True)), bool(raw.get("desc_act", False)),
+                       fmt, raw=raw)
+
+
+def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
+    archs = raw.get("architectures") or []
+    arch = archs[0] if len(archs) == 1 else None
+    if arch not in ARCHITECTURES:
+        raise UnsupportedModelError(f"{path}: architectures {archs!r} is not supported; supported: "
+                                    f"{', '.join(ARCHITECTURES)}")
+    for flag in ("attention_bias", "mlp_bias"):
+        if raw.get(flag):
+            raise UnsupportedModelError(f"{path}: {flag} = true is not supported (the {arch} checkpoints xe2rt runs "
+                                        f"have no linear biases)")
+    if raw.get("hidden_act", "silu") != "silu":
+        raise UnsupportedModelError(f"{path}: hidden_act {raw.get('hidden_act')!r} is not supported; supported: silu")
+    if raw.get("use_sliding_window"):
+        raise UnsupportedModelError(f"{path}: use_sliding_window = true is not supported")
+    hidden = _field(raw, "hidden_size")
+    heads = _field(raw, "num_attention_heads")
+    kv_heads = _field(raw, "num_key_value_heads", default=heads)
+    head_dim = raw.get("head_dim") or hidden // heads
+    if heads % kv_heads:
+        raise CheckpointError(f"{path}: num_attention_heads {heads} must be a multiple of num_key_value_heads "
+                              f"{kv_heads}")
+    if head_dim not in (64, 128):
+        raise UnsupportedModelError(f"{path}: head_dim {head_dim} is not supported; supported: 64, 128")
+    scaling = raw.get("rope_scaling")
+    if scaling is not None:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind != "llama3":
+            raise UnsupportedModelError(f"{path}: rope_scaling type {kind!r} is not supported; supported: none, "
+                                        f"'llama3'")
+        for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+            _field(scaling, key, float, path=f"{path} rope_scaling")
+        if not scaling["high_freq_factor"] > scaling["low_freq_factor"]:
+            raise CheckpointError(f"{path}: rope_scaling high_freq_factor must exceed low_freq_factor, got {scaling}")
+    eos = raw.get("eos_token_id")
+    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+    layers = _field(raw, "num_hidden_layers")
+    cfg = ModelConfig(arch, hidden, layers, heads, kv_heads, int(head_dim), _field(raw, "intermediate_size"),
+                      _field(raw, "vocab_size"), _field(raw, "rms_norm_eps", float), _field(raw, "rope_theta", float),
+                      scaling, bool(raw.get("tie_word_embeddings", False)),
+                      int(raw.get("max_position_embeddings") or 4096), eos_ids,
+                      quant=parse_quant(raw.get("quantization_config"), path), raw=raw)
+    if arch == "Qwen3MoeForCausalLM":
+        cfg.num_experts = _field(raw, "num_experts")
+        cfg.experts_per_token = _field(raw, "num_experts_per_tok")
+        cfg.moe_intermediate = _field(raw, "moe_intermediate_size")
+        cfg.norm_topk_prob = bool(raw.get("norm_topk_prob", False))
+        step = int(raw.get("decoder_sparse_step", 1) or 1)
+        dense = set(raw.get("mlp_only_layers") or ())
+        cfg.moe_layers = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
+        if cfg.experts_per_token > cfg.num_experts:
+            raise CheckpointError(f"{path}: num_experts_per_tok {cfg.experts_per_token} exceeds num_experts "
+                                  f"{cfg.num_experts}")
+    return cfg
+
+
+def read_config(folder) -> ModelConfig:
+    path = Path(folder) / "config.json"
+    if not Path(folder).is_dir():
+        raise CheckpointError(f"model folder {str(folder)!r} does not exist (or is not a directory)")
+    if not path.is_file():
+        raise CheckpointError(f"{folder}: no config.json; a Hugging Face model folder holds config.json and "
+                              f"model.safetensors (or shards with model.safetensors.index.json)")
+    try:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    return parse_config(raw, str(path))
+
+
+# ------------------------------------------------------------------------------------------------------ safetensors
+@dataclass(frozen=True)
+class TensorInfo:
+    file: Path
+    dtype: str
+    shape: tuple
+    begin: int  # absolute byte offsets in the file
+    end: int
+
+
+def read_header(path: Path) -> dict[str, TensorInfo]:
+    """The tensor table of one safetensors file, checked against the file size (truncated / corrupt files named)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{path}: corrupt safetensors file ({size} bytes, shorter than its 8-byte header "
+                                  f"length)")
+        n = struct.unpack("<Q", head)[0]
+        if n > min(size - 8, 100 << 20):
+            raise CheckpointError(f"{path}: corrupt safetensors file (header length {n} does not fit the file's "
+                                  f"{size} bytes)")
+        try:
+            table = json.loads(f.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"{path}: corrupt safetensors header ({exc})") from None
+    out = {}
+    base = 8 + n
+    for name, meta in table.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (b, e) = meta["dtype"], tuple(int(s) for s in meta["shape"]), meta["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"{path}: corrupt safetensors header entry for {name!r}: {meta}") from None
+        if dtype not in ITEMSIZE:
+            raise CheckpointError(f"{path}: tensor {name!r} has dtype {dtype}, which xe2rt does not read")
+        if e - b != math.prod(shape) * ITEMSIZE[dtype] or b < 0:
+            raise CheckpointError(f"{path}: corrupt safetensors header: {name!r} {dtype}{list(shape)} spans bytes "
+                                  f"[{b}, {e})")
+        if base + e > size:
+            raise CheckpointError(f"{path}: truncated safetensors file: tensor {name!r} ends at byte {base + e} but "
+                                  f"the file has {size} bytes")
+        out[name] = TensorInfo(path, dtype, shape, base + b, base + e)
+    return out
+
+
+class Checkpoint:
+    """The tensors of a model folder (model.safetensors, or the shards model.safetensors.index.json names)."""
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+        index = self.folder / "model.safetensors.index.json"
+        single = self.folder / "model.safetensors"
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise CheckpointError(f"{index}: corrupt index ({exc!r}); it must hold a 'weight_map'") from None
+            files = sorted(set(weight_map.values()))
+        elif single.is_file():
+            weight_map, files = None, ["model.safetensors"]
+        else:
+            raise CheckpointError(f"{self.folder}: no model.safetensors and no model.safetensors.index.json")
+        self.tensors: dict[str, TensorInfo] = {}
+        for name in files:
+            path = self.folder / name
+            if not path.is_file():
+                raise CheckpointError(f"{index}: shard {name!r} is missing from {self.folder}")
+            self.tensors.update(read_header(path))
+        if weight_map is not None:
+            for name, shard in weight_map.items():
+                info = self.tensors.get(name)
+                if info is None or info.file.name != shard:
+                    raise CheckpointError(f"{index}: tensor {name!r} is listed in {shard!r} but that shard does not "
+                                          f"hold it")
+        self._handle = None
+        self._handle_file = None
+        self._window = 0
+        self.bytes_read = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.end - t.begin for t in self.tensors.values())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def info(self, name: str, shape: tuple | None = None, dtypes: tuple | None = None) -> TensorInfo:
+        t = self.tensors.get(name)
+        if t is None:
+            raise CheckpointError(f"{self.folder}: tensor {name!r} is missing")
+        if shape is not None and t.shape != tuple(shape):
+            raise CheckpointError(f"{self.folder}: tensor {name!r} has shape {list(t.shape)}, expected "
+                                  f"{list(shape)} from config.json")
+        if dtypes is not None and t.dtype not in dtypes:
+            raise CheckpointError(f"{self.folder}: tensor {name!r} is {t.dtype}, expected one of {list(dtypes)}")
+        return t
+
+    def _open(self, file: Path):
+        from safetensors import safe_open
+        if self._handle_file != file or self._window > READ_WINDOW:
+            self.close()
+            try:
+                self._handle = safe_open(str(file), framework="numpy")
+            except Exception as exc:  # the package's SafetensorError: a file our header check accepted
+                raise CheckpointError(f"{file}: safetensors could not open it: {exc}") from None
+            self._handle_file, self._window = file, 0
+        return self._handle
+
+    def close(self) -> None:
+        self._handle = self._handle_file = None  # drops the mapping
+
+    def raw(self, name: str, shape: tuple | None = None, dtypes: tuple | None = None) -> np.ndarray:
+        """The tensor as stored (bfloat16 as its uint16 bits)."""
+        t = self.info(name, shape, dtypes)
+        self.bytes_read += t.end - t.begin
+        if t.dtype == "BF16":
+            mm = np.memmap(t.file, dtype=np.uint16, mode="r", offset=t.begin, shape=t.shape)
+            out = np.array(mm)
+            del mm
+            return out
+        handle = self._open(t.file)
+        self._window += t.end - t.begin
+        return handle.get_tensor(name)
+
+    def fp16_rows(self, name: str, shape: tuple | None = None):
+        """(first row, float16 rows) slices of a float tensor, about CONVERT_SLICE elements each, converted slice by
+        slice (bfloat16 / float32 values that overflow float16 raise, naming the tensor). Float tensors, nearly all
+        of a model's bytes, are read with positioned reads rather than through a mapping: mapped file pages count
+        in the process's resident set until unmapped, which would double a large tensor's footprint."""
+        t = self.info(name, shape, ("F16", "BF16", "F32"))
+        rows = t.shape[0] if t.shape else 1
+        per_row = max(1, math.prod(t.shape[1:]))
+        step = max(1, CONVERT_SLICE // per_row)
+        src_dtype = {"F16": np.float16, "BF16": np.uint16, "F32": np.float32}[t.dtype]
+        itemsize = ITEMSIZE[t.dtype]
+        with open(t.file, "rb") as f:
+            for r in range(0, rows, step):
+                n = min(step, rows - r)
+                f.seek(t.begin + r * per_row * itemsize)
+                part = np.fromfile(f, dtype=src_dtype, count=n * per_row).reshape(n, per_row)
+                if part.shape[0] != n:
+                    raise CheckpointError(f"{t.file}: truncated while reading {name!r}")
+                self.bytes_read += part.nbytes
+                if t.dtype == "F16":
+                    yield r, part.reshape((n,) + t.shape[1:])
+                    continue
+                f32 = (part.astype(np.uint32) << np.uint32(16)).view(np.float32) if t.dtype == "BF16" else part
+                with np.errstate(over="ignore"):
+                    half = f32.astype(np.float16)
+                bad = np.isinf(half)
+                if bad.any() and np.isfinite(f32[bad]).any():
+                    j = np.argwhere(bad & np.isfinite(f32))[0]
+                    index = np.unravel_index((r + int(j[0])) * per_row + int(j[1]), t.shape)
+                    raise CheckpointError(f"{self.folder}: tensor {name!r} ({t.dtype}) holds "
+                                          f"{float(f32[j[0], j[1]]):.6g} at {tuple(int(i) for i in index)}, which "
+                                          f"overflows float16 (max 65504)")
+                del f32
+                yield r, half.reshape((n,) + t.shape[1:])
+
+    def fp16(self, name: str, shape: tuple | None = None) -> np.ndarray:
+        """A float tensor as float16 numpy (bfloat16 / float32 converted; overflow raises naming the tensor)."""
+        t = self.info(name, shape, ("F16", "BF16", "F32"))
+        out = np.empty(t.shape, np.float16)
+        view = out.reshape((t.shape[0] if t.shape else 1,) + t.shape[1:])
+        for r, part in self.fp16_rows(name, shape):
+            view[r:r + len(part)] = part
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------- linears
+def _ignored(prefix: str, ignore: tuple) -> bool:
+    for pat in ignore:
+        if pat.startswith("re:"):
+            if re.fullmatch(pat[3:], prefix) or re.match(pat[3:], prefix):
+                return True
+        elif prefix == pat or prefix.endswith("." + pat) or pat in prefix.split("."):
+            return True
+    return False
+
+
+def quantized_kind(ckpt: Checkpoint, prefix: str) -> str:
+    """'float', 'gptq_awq' (.qweight) or 'ct' (.weight_packed): what the files hold for this linear."""
+    if f"{prefix}.weight" in ckpt:
+        return "float"
+    if f"{prefix}.qweight" in ckpt:
+        return "qweight"
+    if f"{prefix}.weight_packed" in ckpt:
+        return "ct"
+    raise CheckpointError(f"{ckpt.folder}: tensor {prefix + '.weight'!r} is missing (nor is {prefix} stored "
+                          f"quantized: no .qweight or .weight_packed)")
+
+
+def _group_of(owner: str, k: int, groups: int) -> int:
+    if groups == 0 or k % groups:
+        raise CheckpointError(f"{owner}: {groups} scale groups do not divide K = {k}")
+    g = k // groups
+    return g
+
+
+def _gptq(ckpt: Checkpoint, prefix: str, n: int, k: int, q: QuantConfig, want_float: bool):
+    owner = f"{ckpt.folder}: {prefix}"
+    qweight = ckpt.raw(f"{prefix}.qweight", (k // 8, n), ("I32",))
+    scales = ckpt.fp16(f"{prefix}.scales")
+    g = _group_of(owner, k, scales.shape[0])
+    if q.group_size not in (0, -1, g) and not (q.group_size == -1 and g == k):
+        raise CheckpointError(f"{owner}: scales imply group size {g} but config.json says group_size "
+                              f"{q.group_size}")
+    if scales.shape != (k // g, n):
+        raise CheckpointError(f"{owner}.scales has shape {list(scales.shape)}, expected {[k // g, n]}")
+    qzeros = ckpt.raw(f"{prefix}.qzeros", (k // g, n // 8), ("I32",))
+    g_idx = ckpt.raw(f"{prefix}.g_idx", (k,), ("I32", "I64")) if f"{prefix}.g_idx" in ckpt else None
+    permuted = g_idx is not None and not np.array_equal(g_idx, np.arange(k) // g)
+    if permuted or want_float:
+        codes = _unpack_nibbles(qweight.view(np.uint32).T).reshape(n, k)  # [n, k]
+        zeros = _unpack_nibbles(qzeros.view(np.uint32)).reshape(k // g, n).astype(np.int32)
+        if q.checkpoint_format == "gptq":
+            zeros = zeros + 1
+        gi = g_idx.astype(np.int64) if g_idx is not None else np.arange(k) // g
+        if gi.min() < 0 or gi.max() >= k // g:
+            raise CheckpointError(f"{owner}.g_idx holds group {int(gi.max())} outside [0, {k // g})")
+        if permuted and not want_float:
+            raise UnsupportedModelError(
+                f"{owner}: GPTQ desc_act (act-order) with a permuted g_idx cannot be held as W4 groups of consecutive"
+                f" k; load with weights='fp16' (dequantized exactly through g_idx) or use a desc_act=false checkpoint")
+        w = (codes.astype(np.float32) - zeros.T[:, gi]) * scales.astype(np.float32).T[:, gi]
+        return _to_fp16(owner, w)
+    if g not in GROUP_SIZES:
+        raise UnsupportedModelError(f"{owner}: group size {g} is not supported for W4; supported: {GROUP_SIZES} "
+                                    f"(or weights='fp16')")
+    try:
+        return from_gptq(qweight, qzeros, scales, checkpoint_format=q.checkpoint_format)
+    except InputError as exc:
+        raise CheckpointError(f"{owner}: {exc}") from None
+
+
+def _awq(ckpt: Checkpoint, prefix: str, n: int, k: int, q: QuantConfig, want_float: bool):
+    owner = f"{ckpt.folder}: {prefix}"
+    qweight = ckpt.raw(f"{prefix}.qweight", (k, n // 8), ("I32",))
+    scales = ckpt.fp16(f"{prefix}.scales")
+    g = _group_of(owner, k, scales.shape[0])
+    if scales.shape != (k // g, n):
+        raise CheckpointError(f"{owner}.scales has shape {list(scales.shape)}, expected {[k // g, n]}")
+    if q.group_size not in (0, g):
+        raise CheckpointError(f"{owner}: scales imply group size {g} but config.json says group_size {q.group_size}")
+    qzeros = ckpt.raw(f"{prefix}.qzeros", (k // g, n // 8), ("I32",))
+    if g not in GROUP_SIZES:
+        raise UnsupportedModelError(f"{owner}: AWQ group size {g} is not supported; supported: {GROUP_SIZES}")
+    try:
+        qw = from_awq(qweight, qzeros, scales)
+    except InputError as exc:
+        raise CheckpointError(f"{owner}: {exc}") from None
+    return _to_fp16(owner, qw.dequantize(np.float32)) if want_float else qw
+
+
+def _compressed(ckpt: Checkpoint, prefix: str, n: int, k: int, q: QuantConfig, want_float: bool):
+    owner = f"{ckpt.folder}: {prefix}"
+    if f"{prefix}.weight_shape" in ckpt:
+        ws = ckpt.raw(f"{prefix}.weight_shape").reshape(-1)
+        if tuple(int(v) for v in ws) != (n, k):
+            raise CheckpointError(f"{owner}.weight_shape is {ws.tolist()}, expected {[n, k]} from config.json")
+    packed = ckpt.raw(f"{prefix}.weight_packed", (n, k // 8), ("I32",))
+    scales = ckpt.fp16(f"{prefix}.weight_scale")
+    if scales.ndim != 2 or scales.shape[0] != n:
+        raise CheckpointError(f"{owner}.weight_scale has shape {list(scales.shape)}, expected [{n}, K/group]")
+    g = _group_of(owner, k, scales.shape[1])
+    if q.group_size not in (0, g):
+        raise CheckpointError(f"{owner}: weight_scale implies group size {g} but config.json says group_size "
+                              f"{q.group_size}")
+    codes = _unpack_nibbles(packed.view(np.uint32)).reshape(n, k)  # k = 8j + i in bits 4i
+    if f"{prefix}.weight_zero_point" in ckpt:
+        zp = ckpt.raw(f"{prefix}.weight_zero_point", (n // 8, k // g), ("I32",))
+        zeros = _unpack_nibbles(zp.view(np.uint32).T).reshape(k // g, n).T  # row n = 8m + i in bits 4i
+        zeros = np.ascontiguousarray(zeros)
+    elif not q.symmetric:
+        raise CheckpointError(f"{owner}: config.json says symmetric false but {prefix}.weight_zero_point is missing")
+    else:
+        zeros = None
+    if want_float or g not in GROUP_SIZES:
+        if not want_float:
+            raise UnsupportedModelError(f"{owner}: group size {g} is not supported for W4; supported: {GROUP_SIZES}")
+        z = np.repeat((zeros if zeros is not None else np.full((n, k // g), 8)).astype(np.float32), g, axis=1)
+        return _to_fp16(owner, (codes - z) * np.repeat(scales.astype(np.float32), g, axis=1))
+    packed_u8 = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    if zeros is not None and (zeros == SYMMETRIC_ZERO).all():
+        zeros = None
+    return QuantizedW4(packed_u8, scales, None if zeros is None else zeros.astype(np.uint8), g)
+
+
+def _to_fp16(owner: str, w: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        out = w.astype(np.float16)
+    if np.isinf(out).any() and np.isfinite(w).all():
+        raise CheckpointError(f"{owner}: dequantized weights overflow float16")
+    return out
+
+
+def load_linear(ckpt: Checkpoint, cfg: ModelConfig, prefix: str, n: int, k: int, mode: str, group_size: int):
+    """One linear layer [N, K] as float16 numpy, QuantizedW4 or QuantizedW8 (host parts), per `mode`:
+    auto keeps what the files hold, fp16 dequantizes, w4 / w8 quantize float weights (4-bit ones stay W4)."""
+    kind = quantized_kind(ckpt, prefix)
+    q = cfg.quant
+    if kind == "float":
+        if mode in ("w4", "w8"):  # rows quantize independently: slice by slice, no whole float16 copy
+            parts = [quantize_w4(rows.reshape(-1, k), group_size=group_size) if mode == "w4" else
+                     quantize_w8(rows.reshape(-1, k)) for _, rows in ckpt.fp16_rows(f"{prefix}.weight", (n, k))]
+            if mode == "w8":
+                return QuantizedW8(np.concatenate([p.qweight for p in parts]),
+                                   np.concatenate([p.scales for p in parts]))
+            return QuantizedW4(np.concatenate([p.packed for p in parts]), np.concatenate([p.scales for p in parts]),
+                               None, group_size)
+        return ckpt.fp16(f"{prefix}.weight", (n, k))
+    if mode == "w8":
+        raise UnsupportedModelError(f"{ckpt.folder}: {prefix} is stored 4-bit; weights='w8' needs float weights "
+                                    f"(use 'auto' or 'fp16')")
+    if kind == "qweight" and q.method not in ("gptq", "awq"):
+        raise CheckpointError(f"{ckpt.folder}: {prefix}.qweight is a GPTQ/AWQ tensor but config.json's "
+                              f"quantization_config.quant_method is {q.method!r}")
+    if kind == "ct" and q.method != "compressed-tensors":
+        raise CheckpointError(f"{ckpt.folder}: {prefix}.weight_packed is a compressed-tensors tensor but "
+                              f"config.json's quantization_config.quant_method is {q.method!r}")
+    want_float = mode == "fp16"
+    if kind == "ct":
+        return _compressed(ckpt, prefix, n, k, q, want_float)
+    if q.method == "awq":
+        return _awq(ckpt, prefix, n, k, q, want_float)
+    return _gptq(ckpt, prefix, n, k, q, want_float)
+
+
+def nbytes(w) -> int:
+    return int(w.nbytes)
+
+
+def tokenizer_for(folder):
+    """The `tokenizers` Tokenizer of tokenizer.json, or None when the folder has none."""
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:
+        raise CheckpointError(f"{path}: the tokenizers package could not read it: {exc}") from None
+
+
+def check_mode(weights: str, group_size) -> None:
+    if weights not in WEIGHT_MODES:
+        raise InputError(f"load: weights must be one of {WEIGHT_MODES}, got {weights!r}")
+    if group_size not in GROUP_SIZES:
+        raise InputError(f"load: group_size must be one of {GROUP_SIZES}, got {group_size!r}")
+
+
+def env_rss_bytes() -> int:
+    """Peak resident set of this process (ru_maxrss) in bytes."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 if os.name == "posix" else 0

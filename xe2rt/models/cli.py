@@ -1,0 +1,76 @@
+"""`python -m xe2rt generate PATH (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--weights ...] [--temperature T]
+[--seed S]`: load a Hugging Face decoder folder, stream the generated text (token ids when the folder has no
+tokenizer.json) and end with one line: prompt tokens, prefill tok/s, decode tok/s, peak memory."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="model folder: config.json + model.safetensors (or shards)")
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text (needs tokenizer.json in the folder)")
+    src.add_argument("--prompt-ids", help="prompt token ids, comma separated: 1,2,3")
+    parser.add_argument("-n", "--max-new-tokens", type=int, default=32)
+    parser.add_argument("--weights", default="auto", choices=["auto", "fp16", "w4", "w8"])
+    parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--max-tokens", type=int, default=None, help="KV cache size (default: prompt + n)")
+    parser.add_argument("--device", default=None, help="SYCL filter string (default: dpctl's default device)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import Xe2rtError
+    if not Path(args.path).is_dir():
+        print(f"xe2rt generate: model folder {args.path!r} does not exist", file=sys.stderr)
+        return 2
+    import dpctl
+    import numpy as np
+    from . import llm
+    from .checkpoint import env_rss_bytes
+    try:
+        ids = None
+        if args.prompt_ids is not None:
+            try:
+                ids = np.array([int(t) for t in args.prompt_ids.split(",") if t.strip()], np.int32)
+            except ValueError:
+                print(f"xe2rt generate: --prompt-ids must be comma-separated integers, got {args.prompt_ids!r}",
+                      file=sys.stderr)
+                return 2
+        max_tokens = args.max_tokens
+        if max_tokens is None:
+            max_tokens = min(4096, (len(ids) if ids is not None else 1024) + max(args.max_new_tokens, 0))
+        queue = dpctl.SyclQueue(args.device) if args.device else None
+        model = llm.load(args.path, queue=queue, weights=args.weights, group_size=args.group_size,
+                         max_tokens=max_tokens)
+        if ids is None:
+            ids = model.encode(args.prompt)
+        text = []
+
+        def stream(token):
+            if model.tokenizer is None:
+                print(token, end=" ", flush=True)
+            else:  # decode the whole text so far: tokenizers join sub-words correctly only in context
+                text.append(token)
+                full = model.tokenizer.decode(text)
+                print(full[len(stream.shown):], end="", flush=True)
+                stream.shown = full
+        stream.shown = ""
+        out = model.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                             top_p=args.top_p, seed=args.seed, stop=model.cfg.eos_ids or None, stream=stream)
+    except Xe2rtError as exc:
+        print(f"\nxe2rt generate: {exc}", file=sys.stderr)
+        return 2
+    steps = model.step_seconds
+    prefill = len(ids) / steps[0] if steps else float("nan")
+    decode = (len(steps) - 1) / sum(steps[1:]) if len(steps) > 1 else float("nan")
+    print()
+    print(f"prompt tokens {len(ids)}, prefill {prefill:.1f} tok/s, decode {decode:.1f} tok/s ({len(out)} new), "
+          f"peak memory {env_rss_bytes() / 2**20:.0f} MiB (weights {model.weight_bytes / 2**20:.0f} MiB, KV cache "
+          f"{model.cache_bytes / 2**20:.0f} MiB)")
+    return 0

@@ -1,0 +1,466 @@
+"""Decoder LLMs (Llama-3.x, Qwen3, Qwen3-MoE) from Hugging Face folders, every step queued on the device.
+
+    model = xe2rt.models.llm.load(path, queue=None, weights="auto", group_size=128, max_tokens=4096)
+    model.logits(ids)                       -> np.float32 [T, V]   (the prompt path from an empty cache)
+    model.generate(ids, max_new_tokens, temperature=0.0, top_k=0, top_p=1.0, seed=None, stop=None, stream=None,
+                   return_logits=False)     -> np.int32 [n]  (and np.float32 [n, V] with return_logits)
+
+One layer, T tokens at positions [p, p + T) (x: the residual stream, delta: the previous block's output):
+  y, x   = rms_norm(delta, ln1, residual=x)        (layer 0: y = rms_norm(x, ln1))
+  qkv    = linear(y, qkv)                          q, k, v rows stacked: one launch
+  q, k   = rope_kv(q, k, v, positions, k_cache, v_cache, theta, scaling, qk_norm)   (Qwen3's q_norm / k_norm fused)
+  a      = prefill_attention(q, k, v) (prompt) | decode_attention(q, k_cache, v_cache, p + 1) (one token)
+  delta  = linear(a, o);  y, x = rms_norm(delta, ln2, residual=x)
+  dense: delta = linear(silu_mul(linear(y, gate_up)), down)
+  MoE:   w, ids = softmax_topk(linear(y, router), k, normalize=norm_topk_prob); delta = moe_ffn_w4a16(y, experts, ...)
+linear(x, W): M <= 16 rows -> gemv_fp16 / gemv_w4a16 / gemv_w8a16 (decode); more -> gemm_fp16 / gemm_w4a16, W8 in
+chunks of 16 rows of the batched gemv_w8a16. Then y = rms_norm(delta, norm, residual=x), logits = linear(y, lm_head).
+The KV cache is one pair of float16 [Hkv, max_tokens, D] arrays per layer on the device. Sampling runs on the device
+(greedy: argmax; otherwise temperature, top-k, top-p over a device sort, with the uniform draw from a seeded numpy
+Generator); the host reads back only the chosen token id. A decode step replays xe2rt.bind plans on fixed buffers
+(see _decode_plans); only decode_attention, whose length changes each step, is called directly.
+"""
+from __future__ import annotations
+
+import operator
+import time
+
+import dpctl
+import dpnp
+import numpy as np
+
+from ..errors import InputError, InputTypeError
+from ..ops.gemv_common import MAX_M
+from ..quant import QuantizedW4, QuantizedW8
+from .checkpoint import check_mode, read_config, tokenizer_for
+from .llm_weights import device_placer, load_weights, weight_bytes
+
+MOE_CHUNK = 64  # moe_ffn_w4a16 takes at most 64 tokens per call
+ARG_ROW = 512  # xe2rt.topk's largest row (N_MAX)
+
+
+def _op(name: str):
+    import importlib
+    import xe2rt
+    fn = getattr(xe2rt, name, None)
+    if fn is None:  # an op whose module exists but is not exported yet
+        try:
+            fn = getattr(importlib.import_module(f"xe2rt.ops.{name}"), name, None)
+        except ImportError:
+            fn = None
+    if fn is None:
+        raise NotImplementedError(f"xe2rt.{name} is not in this build (a decoder op of issue 16); the LLM runner "
+                                  f"needs it")
+    return fn
+
+
+def load(path, *, queue=None, weights: str = "auto", group_size: int = 128, max_tokens: int = 4096,
+         progress: bool = True) -> "DecoderLM":
+    """Load a Hugging Face decoder folder (see the module docstring). weights: "auto" keeps what the files hold
+    (bfloat16 -> float16, 4-bit formats -> W4), "fp16" dequantizes, "w4" / "w8" quantize float weights on load
+    with `group_size` (4-bit checkpoints stay W4). max_tokens sizes the KV cache (prompt + generated tokens)."""
+    check_mode(weights, group_size)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or not 1 <= max_tokens <= 4096:
+        raise InputError(f"load: max_tokens must be an int in [1, 4096] (prefill_attention's limit), got "
+                         f"{max_tokens!r}")
+    if queue is None:
+        queue = dpctl.SyclQueue()
+    elif not isinstance(queue, dpctl.SyclQueue):
+        raise InputTypeError(f"load: queue must be a dpctl.SyclQueue or None, got {type(queue).__name__}")
+    cfg = read_config(path)
+    tokenizer = tokenizer_for(path)
+    for name in ("rms_norm", "rope_kv", "decode_attention", "prefill_attention", "silu_mul", "gemm_w4a16"):
+        _op(name)  # fail before reading gigabytes when the build lacks a decoder op
+
+    t0 = time.perf_counter()
+    cfg, w = load_weights(path, weights, group_size, place=device_placer(queue), progress=progress, cfg=cfg)
+    queue.wait()
+    return DecoderLM(cfg, w, queue, int(max_tokens), tokenizer, weights, time.perf_counter() - t0)
+
+
+class DecoderLM:
+    def __init__(self, cfg, w: dict, queue, max_tokens: int, tokenizer, weights: str, load_seconds: float):
+        self.cfg, self.w, self.queue, self.max_tokens = cfg, w, queue, max_tokens
+        self.tokenizer, self.weights, self.load_seconds = tokenizer, weights, load_seconds
+        self.weight_bytes = weight_bytes(w)
+        shape = (cfg.kv_heads, max_tokens, cfg.head_dim)
+        self.k_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
+        self.v_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
+        self.cache_bytes = 2 * cfg.layers * int(np.prod(shape)) * 2
+        self.positions = dpnp.arange(max_tokens, dtype=np.int32, sycl_queue=queue)
+        # Greedy argmax in two xe2rt.topk launches (rows of ARG_ROW logits, then the row maxima): the decode
+        # logits row lives in a buffer padded to whole rows with -inf, so no copy is needed.
+        rows = -(-cfg.vocab // ARG_ROW)
+        self._arg_rows = rows if rows <= ARG_ROW else 0
+        self._logit_buf = self._logit_row = None
+        if self._arg_rows:
+            self._logit_buf = dpnp.full(rows * ARG_ROW, -np.inf, dtype=np.float16, sycl_queue=queue)
+            self._logit_row = self._logit_buf[:cfg.vocab].reshape(1, cfg.vocab)
+        self.timer = None  # set by profile_step(): called with a family name after each op
+        self._dec = None  # the decode step's buffers and xe2rt.bind plans, made at the first decode step
+        self._argmax = None
+        # positions come from our own arange: the op's optional readback check of them would wait every step
+        import inspect
+        self._rope_extra = {"check_positions": False} if "check_positions" in inspect.signature(
+            _op("rope_kv")).parameters else {}
+
+    # ------------------------------------------------------------------------------------------------- checks
+    def _check_ids(self, ids, what: str = "ids") -> np.ndarray:
+        a = np.asarray(ids)
+        if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
+            raise InputTypeError(f"{what} must be integer token ids, got dtype {a.dtype}")
+        if a.ndim != 1:
+            raise InputError(f"{what} must be a 1-D sequence of token ids, got shape {a.shape}")
+        if a.size == 0:
+            raise InputError(f"{what} is empty: a prompt needs at least one token")
+        bad = (a < 0) | (a >= self.cfg.vocab)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise InputError(f"{what}[{j}] = {int(a[j])} is outside the vocabulary [0, {self.cfg.vocab})")
+        if a.size > self.max_tokens:
+            raise InputError(f"{what} has {a.size} tokens; the KV cache holds max_tokens = {self.max_tokens}")
+        return a.astype(np.int32)
+
+    # ---------------------------------------------------------------------------------------------- the steps
+    def _t(self, family: str):
+        if self.timer is not None:
+            self.timer(family)
+
+    def _linear(self, x, w, out=None):
+        m = x.shape[0]
+        import xe2rt
+        if isinstance(w, QuantizedW4):
+            y = xe2rt.gemv_w4a16(x, w, out=out) if m <= MAX_M else _op("gemm_w4a16")(x, w, out=out)
+            self._t("w4 gemv" if m <= MAX_M else "w4 gemm")
+            return y
+        if isinstance(w, QuantizedW8):
+            if m <= MAX_M:
+                y = xe2rt.gemv_w8a16(x, w, out=out)
+            else:
+                y = out if out is not None else dpnp.empty((m, w.shape[0]), dtype=np.float16, sycl_queue=self.queue)
+                for r in range(0, m, MAX_M):
+                    xe2rt.gemv_w8a16(x[r:r + MAX_M], w, out=y[r:r + MAX_M])
+            self._t("w8 gemv")
+            return y
+        y = xe2rt.gemv_fp16(x, w, out=out) if m <= MAX_M else xe2rt.gemm_fp16(x, w, b_layout="nk", out=out)
+        self._t("fp16 gemv" if m <= MAX_M else "fp16 gemm")
+        return y
+
+    def _forward(self, tok, start: int, last_only: bool):
+        """Logits fp16 [T or 1, V] for tokens at positions [start, start+T): `tok` a device int array [T] (gathered
+        from the embeddings on the device) or a host int (one decode token: its embedding row is a view, no launch;
+        rms_norm never writes its inputs, so the view is only read)."""
+        if isinstance(tok, int) and start > 0 and last_only:
+            return self._decode(tok, start)  # one decode token: the bound plans
+        cfg, w = self.cfg, self.w
+        rms_norm, rope_kv = _op("rms_norm"), _op("rope_kv")
+        import xe2rt
+        d, hq, hkv = cfg.head_dim, cfg.heads, cfg.kv_heads
+        if isinstance(tok, int):
+            t, x = 1, w["embed"][tok:tok + 1]
+        else:
+            t = int(tok.shape[0])
+            x = dpnp.take(w["embed"], tok, axis=0)
+            self._t("embedding")
+        pos = self.positions[start:start + t]
+        delta = None
+        for i, layer in enumerate(w["layers"]):
+            if delta is None:
+                y = rms_norm(x, layer["ln1"], eps=cfg.eps)
+            else:
+                y, x = rms_norm(delta, layer["ln1"], eps=cfg.eps, residual=x)
+            self._t("rms_norm")
+            qkv = self._linear(y, layer["qkv"])
+            q, k, v = (qkv[:, a:b] for a, b in ((0, hq * d), (hq * d, (hq + hkv) * d), ((hq + hkv) * d, None)))
+            if t > 1:  # column blocks of [T, N] are strided; the ops take C-contiguous [T, heads, D]
+                q, k, v = (dpnp.ascontiguousarray(z) for z in (q, k, v))
+                self._t("copies")
+            q, k, v = q.reshape(t, hq, d), k.reshape(t, hkv, d), v.reshape(t, hkv, d)
+            qk_norm = (layer["q_norm"], layer["k_norm"], cfg.eps) if cfg.qk_norm else None
+            rope_kv(q, k, v, pos, self.k_cache[i], self.v_cache[i], theta=cfg.rope_theta, scaling=cfg.rope_scaling,
+                    qk_norm=qk_norm, **self._rope_extra)
+            self._t("rope_kv")
+            if t == 1 and start > 0:
+                a = _op("decode_attention")(q.reshape(hq, d), self.k_cache[i], self.v_cache[i], start + 1)
+                self._t("decode_attention")
+            else:
+                if start:
+                    raise InputError("a prompt continues only from an empty cache")
+                a = _op("prefill_attention")(q, k, v, causal=True)
+                self._t("prefill_attention")
+            delta = self._linear(a.reshape(t, hq * d), layer["o"])
+            y, x = rms_norm(delta, layer["ln2"], eps=cfg.eps, residual=x)
+            self._t("rms_norm")
+            if "experts" in layer:
+                logits = self._linear(y, layer["router"])
+                delta = dpnp.empty((t, cfg.hidden), dtype=np.float16, sycl_queue=self.queue)
+                for r in range(0, t, MOE_CHUNK):
+                    wt, ids = xe2rt.softmax_topk(logits[r:r + MOE_CHUNK], cfg.experts_per_token,
+                                                 normalize=cfg.norm_topk_prob)
+                    self._t("softmax_topk")
+                    xe2rt.moe_ffn_w4a16(y[r:r + MOE_CHUNK], layer["experts"], ids, wt, out=delta[r:r + MOE_CHUNK])
+                    self._t("moe_ffn_w4a16")
+            else:
+                g = _op("silu_mul")(self._linear(y, layer["gate_up"]))
+                self._t("silu_mul")
+                delta = self._linear(g, layer["down"])
+        y, _ = rms_norm(delta, w["norm"], eps=cfg.eps, residual=x)
+        self._t("rms_norm")
+        if last_only and t > 1:
+            y = y[t - 1:t]
+        return self._linear(y, w["lm_head"], out=self._logit_row if (last_only or t == 1) else None)
+
+    def _decode_plans(self) -> list:
+        """Bind the decode step once: fixed buffers for every intermediate (x ping-pongs between two residual
+        buffers, since rms_norm's sum may not overwrite its own residual input) and one xe2rt.bind plan per op whose
+        arguments never change. Per layer: [ln1, qkv, rope_kv, (attention inputs), o, ln2, ffn plans...]. The
+        position lives in a one-element device array that rope_kv reads; decode_attention takes the length as a
+        Python int and is called directly each step."""
+        if self._dec is not None:
+            return self._dec
+        import xe2rt
+        cfg, w, q = self.cfg, self.w, self.queue
+        rms_norm, rope_kv, silu_mul = _op("rms_norm"), _op("rope_kv"), _op("silu_mul")
+        d, hq, hkv, h = cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.hidden
+
+        def buf(*shape, dtype=np.float16):
+            return dpnp.empty(shape, dtype=dtype, sycl_queue=q)
+
+        xs = (buf(1, h), buf(1, h))  # the residual stream, alternating
+        y, delta = buf(1, h), buf(1, h)
+        qkv = buf(1, (hq + 2 * hkv) * d)
+        qv, kv, vv = (qkv[:, a:b].reshape(1, n, d) for a, b, n in
+                      ((0, hq * d, hq), (hq * d, (hq + hkv) * d, hkv), ((hq + hkv) * d, None, hkv)))
+        attn = buf(hq, d)
+        pos = buf(1, dtype=np.int32)
+        cur = 0
+        layers = []
+        for i, layer in enumerate(w["layers"]):
+            p = {}
+            if i == 0:
+                p["ln1"] = xe2rt.bind(rms_norm, xs[0], layer["ln1"], eps=cfg.eps, out=y)
+            else:
+                p["ln1"] = xe2rt.bind(rms_norm, delta, layer["ln1"], eps=cfg.eps, residual=xs[cur],
+                                      out=(y, xs[1 - cur]))
+                cur = 1 - cur
+            p["qkv"] = xe2rt.bind(self._linear, y, layer["qkv"], out=qkv)
+            qk_norm = (layer["q_norm"], layer["k_norm"], cfg.eps) if cfg.qk_norm else None
+            p["rope_kv"] = xe2rt.bind(rope_kv, qv, kv, vv, pos, self.k_cache[i], self.v_cache[i],
+                                      theta=cfg.rope_theta, scaling=cfg.rope_scaling, qk_norm=qk_norm,
+                                      **self._rope_extra)
+            p["o"] = xe2rt.bind(self._linear, attn.reshape(1, hq * d), layer["o"], out=delta)
+            p["ln2"] = xe2rt.bind(rms_norm, delta, layer["ln2"], eps=cfg.eps, residual=xs[cur], out=(y, xs[1 - cur]))
+            cur = 1 - cur
+            if "experts" in layer:
+                p["router"] = xe2rt.bind(self._linear, y, layer["router"])
+                p["softmax_topk"] = xe2rt.bind(xe2rt.softmax_topk, p["router"].result, cfg.experts_per_token,
+                                               normalize=cfg.norm_topk_prob)
+                wt, ids = p["softmax_topk"].result
+                p["moe_ffn_w4a16"] = xe2rt.bind(xe2rt.moe_ffn_w4a16, y, layer["experts"], ids, wt, out=delta)
+            else:
+                p["gate_up"] = xe2rt.bind(self._linear, y, layer["gate_up"])
+                p["silu_mul"] = xe2rt.bind(silu_mul, p["gate_up"].result)
+                p["down"] = xe2rt.bind(self._linear, p["silu_mul"].result, layer["down"], out=delta)
+            layers.append(p)
+        norm = xe2rt.bind(rms_norm, delta, w["norm"], eps=cfg.eps, residual=xs[cur], out=(y, xs[1 - cur]))
+        logits = self._logit_row if self._logit_row is not None else buf(1, cfg.vocab)
+        head = xe2rt.bind(self._linear, y, w["lm_head"], out=logits)
+        self._dec = {"x": xs[0], "pos": pos, "q": qv.reshape(hq, d), "attn": attn, "layers": layers,
+                     "norm": norm, "head": head, "logits": logits}
+        return self._dec
+
+    def _decode(self, token: int, start: int):
+        """One decode step (token at position `start` > 0, the cache holding [0, start)) through the bound plans:
+        logits fp16 [1, V] in a fixed buffer, queued without waiting."""
+        dec = self._decode_plans()
+        dec["x"][...] = self.w["embed"][token:token + 1]  # the embedding row into the fixed residual buffer
+        dec["pos"][...] = self.positions[start:start + 1]  # rope_kv reads the position from the device
+        self._t("embedding")
+        attention = _op("decode_attention")
+        for i, p in enumerate(dec["layers"]):
+            for name, plan in p.items():
+                plan()
+                self._t({"ln1": "rms_norm", "ln2": "rms_norm", "qkv": "gemv", "o": "gemv", "router": "gemv",
+                         "gate_up": "gemv", "down": "gemv"}.get(name, name))
+                if name == "rope_kv":  # the length changes every step: a direct call
+                    attention(dec["q"], self.k_cache[i], self.v_cache[i], start + 1, out=dec["attn"])
+                    self._t("decode_attention")
+        dec["norm"]()
+        self._t("rms_norm")
+        dec["head"]()
+        self._t("gemv")
+        return dec["logits"]
+
+    # ----------------------------------------------------------------------------------------------- public
+    def logits(self, ids) -> np.ndarray:
+        """float32 [T, V]: the logits of every prompt position, computed from an empty cache."""
+        a = self._check_ids(ids)
+        tok = dpnp.asarray(a, sycl_queue=self.queue)
+        return dpnp.asnumpy(self._forward(tok, 0, False)).astype(np.float32)
+
+    def generate(self, ids, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 seed=None, stop=None, stream=None, return_logits: bool = False):
+        """New tokens (np.int32 [n], n <= max_new_tokens; generation ends after a token in `stop`). Greedy at
+        temperature 0; otherwise softmax(logits / temperature) restricted to the top_k most likely (0: all) and the
+        smallest set whose probability reaches top_p. stream(token_id) is called as each token is chosen."""
+        a = self._check_ids(ids)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+            raise InputTypeError(f"generate: max_new_tokens must be an int, got {max_new_tokens!r}")
+        if max_new_tokens < 0:
+            raise InputError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
+        if a.size + max_new_tokens > self.max_tokens:
+            raise InputError(f"generate: prompt ({a.size} tokens) + max_new_tokens ({max_new_tokens}) = "
+                             f"{a.size + max_new_tokens} exceeds max_tokens = {self.max_tokens} (the KV cache size "
+                             f"given to load)")
+        if not isinstance(temperature, (int, float)) or not (temperature >= 0 and np.isfinite(temperature)):
+            raise InputError(f"generate: temperature must be a finite number >= 0, got {temperature!r}")
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 0 <= top_k:
+            raise InputError(f"generate: top_k must be an int >= 0 (0: no limit), got {top_k!r}")
+        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise InputError(f"generate: top_p must be in (0, 1], got {top_p!r}")
+        stops = set()
+        if stop is not None:
+            try:
+                stops = {operator.index(s) for s in ([stop] if isinstance(stop, (int, np.integer)) else stop)}
+            except TypeError:
+                raise InputTypeError(f"generate: stop must be a token id or an iterable of token ids, got "
+                                     f"{stop!r}") from None
+        if stream is not None and not callable(stream):
+            raise InputTypeError(f"generate: stream must be callable (called with each token id), got "
+                                 f"{type(stream).__name__}")
+        rng = np.random.default_rng(seed)
+        out, kept = [], []
+        self.step_seconds = []
+        if max_new_tokens == 0:
+            return (np.zeros(0, np.int32), np.zeros((0, self.cfg.vocab), np.float32)) if return_logits else \
+                np.zeros(0, np.int32)
+        t0 = time.perf_counter()
+        logits = self._forward(dpnp.asarray(a, sycl_queue=self.queue), 0, True)
+        pos = a.size
+        while True:
+            if return_logits:
+                kept.append(dpnp.asnumpy(logits[0]).astype(np.float32))
+            token = self._choose(logits, temperature, top_k, top_p, rng)  # the one readback of a step
+            t1 = time.perf_counter()
+            self.step_seconds.append(t1 - t0)
+            t0 = t1
+            out.append(token)
+            if stream is not None:
+                stream(token)
+            if len(out) == max_new_tokens or token in stops:
+                break
+            logits = self._decode(token, pos)
+            pos += 1
+        tokens = np.asarray(out, np.int32)
+        return (tokens, np.stack(kept)) if return_logits else tokens
+
+    def _choose(self, logits, temperature, top_k, top_p, rng) -> int:
+        """The next token, chosen on the device from logits [1, V]; only the choice is read back."""
+        if temperature == 0:
+            if self._arg_rows and logits is self._logit_row:
+                if self._argmax is None:
+                    import xe2rt
+                    rows = xe2rt.bind(xe2rt.topk, self._logit_buf.reshape(self._arg_rows, ARG_ROW), 1)
+                    top = xe2rt.bind(xe2rt.topk, rows.result[0].reshape(1, self._arg_rows), 1)
+                    self._argmax = (rows, top)
+                rows, top = self._argmax
+                _, idx = rows()
+                _, row = top()
+                self._t("argmax")
+                r = int(dpnp.asnumpy(row)[0, 0])
+                return r * ARG_ROW + int(dpnp.asnumpy(idx[r])[0])
+            return int(dpnp.asnumpy(dpnp.argmax(logits[0])))
+        scaled = logits[0].astype(np.float32) / np.float32(temperature)
+        order = dpnp.argsort(-scaled)
+        if top_k:
+            order = order[:top_k]
+        vals = scaled[order]
+        p = dpnp.exp(vals - vals[0])
+        if top_p < 1:
+            c = dpnp.cumsum(p)
+            p = dpnp.where(c - p < np.float32(top_p) * c[-1], p, 0)  # keep until the mass before reaches top_p
+        cdf = dpnp.cumsum(p)
+        j = dpnp.searchsorted(cdf, cdf[-1:] * np.float32(rng.random()), side="right")
+        j = dpnp.minimum(j, order.shape[0] - 1)
+        return int(dpnp.asnumpy(order[j])[0])
+
+    # ----------------------------------------------------------------------------------------------- tools
+    def reference_weights(self) -> dict:
+        """The weights this model multiplies with, as float64 numpy by checkpoint name (for
+        xe2rt.reference.llm.forward); quantized ones dequantized exactly."""
+        cfg, w = self.cfg, self.w
+        d, hq, hkv = cfg.head_dim, cfg.heads, cfg.kv_heads
+
+        def f(x):
+            if isinstance(x, (QuantizedW4, QuantizedW8)):
+                return np.asarray(x.to_host().dequantize(np.float64))
+            return dpnp.asnumpy(x).astype(np.float64)
+
+        out = {"model.embed_tokens.weight": f(w["embed"]), "model.norm.weight": f(w["norm"]),
+               "lm_head": f(w["lm_head"])}
+        for i, layer in enumerate(w["layers"]):
+            p = f"model.layers.{i}"
+            out[f"{p}.input_layernorm.weight"] = f(layer["ln1"])
+            out[f"{p}.post_attention_layernorm.weight"] = f(layer["ln2"])
+            if cfg.qk_norm:
+                out[f"{p}.self_attn.q_norm.weight"] = f(layer["q_norm"])
+                out[f"{p}.self_attn.k_norm.weight"] = f(layer["k_norm"])
+            qkv = f(layer["qkv"])
+            out[f"{p}.self_attn.q_proj"] = qkv[:hq * d]
+            out[f"{p}.self_attn.k_proj"] = qkv[hq * d:(hq + hkv) * d]
+            out[f"{p}.self_attn.v_proj"] = qkv[(hq + hkv) * d:]
+            out[f"{p}.self_attn.o_proj"] = f(layer["o"])
+            if "experts" in layer:
+                out[f"{p}.mlp.gate.weight"] = f(layer["router"])
+                gu, dn = layer["experts"].to_host().dequantize()
+                m = cfg.moe_intermediate
+                for e in range(cfg.num_experts):
+                    out[f"{p}.mlp.experts.{e}.gate_proj"] = gu[e, :m].astype(np.float64)
+                    out[f"{p}.mlp.experts.{e}.up_proj"] = gu[e, m:].astype(np.float64)
+                    out[f"{p}.mlp.experts.{e}.down_proj"] = dn[e].astype(np.float64)
+            else:
+                gu = f(layer["gate_up"])
+                out[f"{p}.mlp.gate_proj"], out[f"{p}.mlp.up_proj"] = np.split(gu, 2)
+                out[f"{p}.mlp.down_proj"] = f(layer["down"])
+        return out
+
+    def profile_step(self, ids, steps: int = 4) -> dict:
+        """Seconds per kernel family of a decode step after the prompt `ids`, each op timed on its own (the queue
+        waited for after every op, so the parts add up to more than an unsynchronized step)."""
+        a = self._check_ids(ids)
+        if a.size + steps > self.max_tokens:
+            raise InputError(f"profile_step: prompt + steps exceeds max_tokens = {self.max_tokens}")
+        times: dict = {}
+        logits = self._forward(dpnp.asarray(a, sycl_queue=self.queue), 0, True)
+        token = self._choose(logits, 0.0, 0, 1.0, None)
+        self.queue.wait()
+        last = [time.perf_counter()]
+
+        def timer(family):
+            self.queue.wait()
+            now = time.perf_counter()
+            times[family] = times.get(family, 0.0) + now - last[0]
+            last[0] = now
+
+        self._decode_plans()  # bound before timing: binding is a one-off, not part of a step
+        self.queue.wait()
+        last[0] = time.perf_counter()
+        self.timer = timer
+        try:
+            for s in range(steps):
+                logits = self._decode(token, a.size + s)
+                token = self._choose(logits, 0.0, 0, 1.0, None)
+                timer("argmax readback")
+        finally:
+            self.timer = None
+        return {k: v / steps for k, v in times.items()}
+
+    def decode(self, tokens) -> str:
+        if self.tokenizer is None:
+            return " ".join(str(int(t)) for t in tokens)
+        return self.tokenizer.decode([int(t) for t in tokens])
+
+    def encode(self, text: str) -> np.ndarray:
+        if self.tokenizer is None:
+            raise InputError("this model folder has no tokenizer.json: pass token ids (--prompt-ids)")
+        return np.asarray(self.tokenizer.encode(text).ids, np.int32)

@@ -1,0 +1,223 @@
+"""Streaming a decoder checkpoint into the runner's weight layout, one layer at a time.
+
+Per layer (what the runner multiplies with; host objects are placed on the device by `place` as soon as they are
+built, so the host holds at most one layer's temporaries):
+  ln1, ln2        float16 [H]              input_layernorm, post_attention_layernorm
+  q_norm, k_norm  float16 [D]              Qwen3 only
+  qkv             [(Hq + 2 Hkv) D, H]      q_proj, k_proj, v_proj rows stacked (one GEMV / GEMM for the three)
+  o               [H, Hq D]
+  gate_up         [2 I, H]                 gate rows then up rows (silu_mul's [gate | up] halves)
+  down            [H, I]
+  router          float16 [E, H]           MoE layers: mlp.gate
+  experts         QuantizedW4Experts       MoE layers (float experts are quantized to W4 with group_size on load:
+                                           xe2rt's MoE FFN is W4A16)
+Linears are float16 numpy [N, K], QuantizedW4 or QuantizedW8 (xe2rt.quant), chosen by `weights` (see
+checkpoint.load_linear). Stacking quantized rows keeps the codes as they are (one group size per stack).
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from ..errors import InputError
+from ..quant import QuantizedW4, QuantizedW8, SYMMETRIC_ZERO, quantize_w4, quantize_w8
+from ..quant_experts import QuantizedW4Experts
+from .checkpoint import (Checkpoint, CheckpointError, ModelConfig, UnsupportedModelError, _ignored, load_linear,
+                         quantized_kind)
+
+
+def stack_rows(parts: list, what: str):
+    """One linear from row blocks of the same kind (float16, W4 with one group size, or W8)."""
+    kinds = {type(p) for p in parts}
+    if len(kinds) != 1:
+        raise CheckpointError(f"{what}: its projections are stored in different formats "
+                              f"({sorted(k.__name__ for k in kinds)}); they must share one")
+    first = parts[0]
+    if isinstance(first, np.ndarray):
+        return np.concatenate(parts)
+    if isinstance(first, QuantizedW8):
+        return QuantizedW8(np.concatenate([p.qweight for p in parts]), np.concatenate([p.scales for p in parts]))
+    sizes = {p.group_size for p in parts}
+    if len(sizes) != 1:
+        raise CheckpointError(f"{what}: its projections have different group sizes {sorted(sizes)}")
+    zeros = None
+    if any(p.zeros is not None for p in parts):
+        zeros = np.concatenate([p.zero_points() for p in parts])
+        zeros = None if (zeros == SYMMETRIC_ZERO).all() else zeros
+    return QuantizedW4(np.concatenate([p.packed for p in parts]), np.concatenate([p.scales for p in parts]), zeros,
+                       first.group_size)
+
+
+def _progress(total_bytes: int, label: str):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the models extra brings tqdm; without it, loads are silent
+        return None
+    return tqdm(total=total_bytes, unit="B", unit_scale=True, desc=label, file=sys.stderr, delay=1.0, leave=False)
+
+
+def _head_mode(cfg: ModelConfig, ckpt: Checkpoint, weights: str) -> str:
+    """How lm_head is held: it follows `weights`; with "auto" a 4-bit checkpoint gets a W4 lm_head unless the
+    config excludes lm_head from quantization (compressed-tensors ignore, AWQ modules_to_not_convert, GPTQ lm_head
+    false) or the files hold it quantized already."""
+    if weights != "auto":
+        return weights
+    q = cfg.quant
+    if q.method is None:
+        return "fp16"
+    excluded = _ignored("lm_head", q.ignore) or (q.method == "gptq" and q.raw.get("lm_head") is False)
+    return "auto" if excluded else "w4"
+
+
+def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=lambda x: x, progress: bool = True,
+                 cfg: ModelConfig | None = None):
+    """(cfg, dict) with "embed", "norm", "lm_head" and "layers" (a list of per-layer dicts, layout above); every
+    array / quantized weight passed through `place` as soon as it is built."""
+    from .checkpoint import read_config
+    cfg = cfg or read_config(folder)
+    ckpt = Checkpoint(folder)
+    h, d, hq, hkv = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads
+    bar = _progress(ckpt.nbytes, f"loading {folder}") if progress else None
+    last = [0]
+
+    def tick():
+        if bar is not None:
+            bar.update(ckpt.bytes_read - last[0])
+            last[0] = ckpt.bytes_read
+
+    def linear(prefix, n, k, mode=weights):
+        w = load_linear(ckpt, cfg, prefix, n, k, mode, group_size)
+        tick()
+        return w
+
+    try:
+        embed_kind = quantized_kind(ckpt, "model.embed_tokens")
+        if embed_kind != "float":
+            raise UnsupportedModelError(f"{folder}: model.embed_tokens is stored quantized; supported: float "
+                                        f"embeddings")
+        out = {"layers": []}
+        for i in range(cfg.layers):
+            p = f"model.layers.{i}"
+            layer = {"ln1": place(ckpt.fp16(f"{p}.input_layernorm.weight", (h,))),
+                     "ln2": place(ckpt.fp16(f"{p}.post_attention_layernorm.weight", (h,)))}
+            if cfg.qk_norm:
+                layer["q_norm"] = place(ckpt.fp16(f"{p}.self_attn.q_norm.weight", (d,)))
+                layer["k_norm"] = place(ckpt.fp16(f"{p}.self_attn.k_norm.weight", (d,)))
+            qkv = [linear(f"{p}.self_attn.{name}_proj", n, h) for name, n in (("q", hq * d), ("k", hkv * d),
+                                                                              ("v", hkv * d))]
+            layer["qkv"] = place(stack_rows(qkv, f"{p}.self_attn"))
+            del qkv
+            layer["o"] = place(linear(f"{p}.self_attn.o_proj", h, hq * d))
+            if cfg.is_moe_layer(i):
+                layer["router"] = place(ckpt.fp16(f"{p}.mlp.gate.weight", (cfg.num_experts, h)))
+                layer["experts"] = place(_experts(ckpt, cfg, p, linear, group_size))
+            else:
+                m = cfg.intermediate
+                layer["gate_up"] = place(stack_rows([linear(f"{p}.mlp.gate_proj", m, h),
+                                                     linear(f"{p}.mlp.up_proj", m, h)], f"{p}.mlp"))
+                layer["down"] = place(linear(f"{p}.mlp.down_proj", h, m))
+            out["layers"].append(layer)
+            tick()
+        out["norm"] = place(ckpt.fp16("model.norm.weight", (h,)))
+        head_mode = _head_mode(cfg, ckpt, weights)
+        if cfg.tie_embeddings and "lm_head.weight" in ckpt and not _same(ckpt, "lm_head.weight",
+                                                                           "model.embed_tokens.weight"):
+            raise CheckpointError(f"{folder}: config.json says tie_word_embeddings true but lm_head.weight differs "
+                                  f"from model.embed_tokens.weight")
+        streamed = getattr(place, "rows", None)
+        if streamed is not None and not (cfg.tie_embeddings and head_mode in ("w4", "w8")):
+            # the largest tensors go to the device in row slices: no whole host copy beside the device one
+            out["embed"] = streamed((cfg.vocab, h), ckpt.fp16_rows("model.embed_tokens.weight", (cfg.vocab, h)))
+            tick()
+            if cfg.tie_embeddings:
+                out["lm_head"] = out["embed"]
+            elif quantized_kind(ckpt, "lm_head") == "float" and head_mode in ("auto", "fp16"):
+                out["lm_head"] = streamed((cfg.vocab, h), ckpt.fp16_rows("lm_head.weight", (cfg.vocab, h)))
+            else:
+                out["lm_head"] = place(linear("lm_head", cfg.vocab, h, head_mode))
+            tick()
+            return cfg, out
+        embed = ckpt.fp16("model.embed_tokens.weight", (cfg.vocab, h))
+        tick()
+        if cfg.tie_embeddings:
+            if head_mode == "w4":
+                head = quantize_w4(embed, group_size=group_size)
+            elif head_mode == "w8":
+                head = quantize_w8(embed)
+            else:
+                head = embed
+        else:
+            head = linear("lm_head", cfg.vocab, h, head_mode)
+        out["embed"] = place(embed)
+        del embed
+        out["lm_head"] = place(head)
+        del head
+        tick()
+    finally:
+        ckpt.close()
+        if bar is not None:
+            bar.close()
+    return cfg, out
+
+
+def _same(ckpt: Checkpoint, a: str, b: str) -> bool:
+    """Two float tensors hold the same values (compared slice by slice)."""
+    if ckpt.info(a).shape != ckpt.info(b).shape:
+        return False
+    return all(np.array_equal(x, y) for (_, x), (_, y) in zip(ckpt.fp16_rows(a), ckpt.fp16_rows(b)))
+
+
+def _experts(ckpt: Checkpoint, cfg: ModelConfig, p: str, linear, group_size: int) -> QuantizedW4Experts:
+    h, m, e = cfg.hidden, cfg.moe_intermediate, cfg.num_experts
+    if h % 128 or m % 128:
+        raise UnsupportedModelError(f"{ckpt.folder}: MoE hidden {h} and moe_intermediate_size {m} must be multiples "
+                                    f"of 128 (xe2rt.moe_ffn_w4a16)")
+
+    def w4(prefix, n, k):
+        w = linear(prefix, n, k, "auto")
+        if isinstance(w, np.ndarray):
+            w = quantize_w4(w, group_size=group_size)
+        return w
+
+    gate_up, down = [], []
+    for x in range(e):
+        q = f"{p}.mlp.experts.{x}"
+        gate_up.append(w4(f"{q}.gate_proj", m, h))
+        gate_up.append(w4(f"{q}.up_proj", m, h))
+        down.append(w4(f"{q}.down_proj", h, m))
+    try:
+        return QuantizedW4Experts(stack_rows(gate_up, f"{p}.mlp.experts"), stack_rows(down, f"{p}.mlp.experts"), e)
+    except InputError as exc:
+        raise CheckpointError(f"{ckpt.folder}: {p}.mlp.experts: {exc}") from None
+
+
+def device_placer(queue):
+    """place() for load_weights: numpy arrays and quantized weights onto `queue`."""
+    import dpnp
+
+    def place(obj):
+        if isinstance(obj, (QuantizedW4, QuantizedW8, QuantizedW4Experts)):
+            return obj.to_device(queue)
+        return dpnp.asarray(obj, sycl_queue=queue)
+
+    def rows(shape, slices):
+        dest = dpnp.empty(shape, dtype=np.float16, sycl_queue=queue)
+        for r, part in slices:
+            dest[r:r + len(part)] = dpnp.asarray(part, sycl_queue=queue)
+        return dest
+    place.rows = rows
+    return place
+
+
+def weight_bytes(obj, _seen=None) -> int:
+    """Bytes of the arrays under a load_weights dict (a tied lm_head, the embeddings' own array, counted once)."""
+    seen = set() if _seen is None else _seen
+    if isinstance(obj, dict):
+        return sum(weight_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, list):
+        return sum(weight_bytes(v, seen) for v in obj)
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    return int(obj.nbytes)

@@ -1,0 +1,210 @@
+"""Decode attention (flash-decoding): one new token's query heads against a KV cache.
+
+decode_attention(q, k_cache, v_cache, length, *, scale=None, out=None): q float16 [Hq, D], k_cache / v_cache float16
+[Hkv, max_tokens, D] C-contiguous (token t of kv head h at [h, t, :]), D 64 or 128, Hq = G Hkv with 1 <= G <= 16
+(query head hq reads kv head hq // G, Hugging Face's repeat_kv order), 1 <= length <= max_tokens. Returns
+out[hq] = softmax(scale q[hq] . k[hq // G, t], t < length) . v[hq // G, t] as float16 [Hq, D]; fp32 scores, softmax
+and sums, one fp16 rounding. scale defaults to D^-0.5.
+
+Decomposition (spirv_src/decode_attention.cl):
+  split rule   S = clamp(ceil(FILL / (Hkv x P)), 1, ceil(length / MIN_CHUNK), MAX_SPLITS) splits of the context,
+               each of chunk = roundup(ceil(length / S), 16) whole tokens (the last ones may be short or empty).
+               FILL is what fills the device: its hardware threads on Xe2 (xe2rt.targets.hw_threads: BMG-G21 640,
+               LNL 256 at 256 GRF), compute units x ITEMS_PER_CU on the cpu; P = sub-groups (Xe2) or work-items (cpu)
+               per (kv head, split). MIN_CHUNK (64 tokens Xe2, 256 cpu) keeps a split long enough to amortize its
+               partial's write and merge. E.g. Llama-3.1-8B (Hkv 8, G 4) on bmg: S = 80 from 5120 tokens up; on a
+               2-core cpu (ITEMS_PER_CU 2): S = 1, the 8 kv heads' work-items already share 2 cores evenly (equal
+               work per item, so 2 per core suffice; more splits would only add the reduce launch).
+  launch 1     decode_attention_d<D>: one work-group per (kv head, split) with all G query heads of that kv head, so
+               each K / V row is read once per call; tokens in blocks of 16 with an online softmax per head; writes
+               the split's unnormalized output, max and sum (fp32) to the workspace.
+                 Xe2: ceil(G / GH) sub-groups of 16 lanes (GH = 4 heads each) -> local 16 ceil(G / GH),
+                      global Hkv S local; D across lanes, K / V rows by sub-group block reads.
+                 cpu: one work-item -> local 1, global Hkv S; rows as float16 vectors (vload_half16).
+  launch 2     decode_attention_reduce_d<D>: per query head M = max m_s, out = sum 2^(m_s - M) o_s /
+               sum 2^(m_s - M) l_s.  Xe2: a sub-group per head (global 16 Hq, local 16); cpu: a work-item per head.
+  S == 1       (short contexts, and long ones on small cpus) launch 1 normalizes and writes out itself: one launch.
+
+Workspace: S x Hq x (D + 2) fp32 floats (partials, then (m, l) pairs). The public op takes it from a cache per
+(thread, queue) holding MAX_SPLITS x Hq x (D + 2) floats (grown when a call needs more; 2.1 MB at Hq 32, D 128):
+  - warm calls (xe2rt.fastcall) stay cached, because the workspace reaches the recorded op as an ordinary array
+    argument of the inner op (an array the op allocated itself would make every call a cold one, as moe's are);
+  - no race: successive calls of one thread on one queue are ordered (each launch depends on the previous one through
+    dpnp's order manager, or the queue is in-order), and other threads use their own workspace;
+  - xe2rt.bind gives the plan a workspace of its own (the plan holds it), so a plan and direct calls never share one.
+A call that allocated per call would also pay a USM allocation and a free on the critical path of every token.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import threading
+
+import dpnp
+import numpy as np
+
+from .. import fastcall, launch, targets, validate
+from ..errors import InputError, InputTypeError
+from .common import ceil_div, is_xe2, program_for
+
+OP = "decode_attention"
+FAMILY = "decode_attention"
+HEAD_DIMS = (64, 128)
+MAX_GQA = 16
+MAX_SPLITS = 128  # also the workspace capacity per (Hq, D); = MAX_SPLITS in decode_attention.toml
+LOG2E = 1.0 / math.log(2.0)
+
+_fill_cache: dict = {}
+
+
+def _fill(device, target: str, constants: dict) -> int:
+    """Work-items (cpu) or sub-groups (Xe2) that fill the device."""
+    key = (device, target)
+    fill = _fill_cache.get(key)
+    if fill is None:
+        if is_xe2(target):
+            fill = targets.hw_threads(device, target)
+        else:
+            fill = max(1, device.max_compute_units) * constants["ITEMS_PER_CU"]
+        _fill_cache[key] = fill
+    return fill
+
+
+def split_plan(constants: dict, target: str, fill: int, hkv: int, g: int, length: int) -> tuple[int, int]:
+    """(S, chunk): the split rule written in the module docstring."""
+    per_split = ceil_div(g, constants["GH"]) if is_xe2(target) else 1
+    s = ceil_div(fill, hkv * per_split)
+    s = max(1, min(s, ceil_div(length, constants["MIN_CHUNK"]), constants["MAX_SPLITS"]))
+    bt = constants["BT"]
+    chunk = ceil_div(ceil_div(length, s), bt) * bt
+    return s, chunk
+
+
+def workspace_floats(splits: int, hq: int, d: int) -> int:
+    return splits * hq * (d + 2)
+
+
+def _check(q, k_cache, v_cache, length, scale, out):
+    validate.device_array(OP, "q", q, dtypes=[np.float16], ndims=[2])
+    validate.device_array(OP, "k_cache", k_cache, dtypes=[np.float16], ndims=[3])
+    validate.device_array(OP, "v_cache", v_cache, dtypes=[np.float16], ndims=[3])
+    hkv, max_tokens, d = k_cache.shape
+    if tuple(v_cache.shape) != tuple(k_cache.shape):
+        raise InputError(f"{OP}: v_cache must have k_cache's shape [Hkv, max_tokens, D] = {tuple(k_cache.shape)}, "
+                         f"got {tuple(v_cache.shape)}")
+    if d not in HEAD_DIMS:
+        raise InputError(f"{OP}: head_dim D must be 64 or 128, got D = {d} (k_cache [Hkv, max_tokens, D] = "
+                         f"{tuple(k_cache.shape)})")
+    hq, dq = q.shape
+    if dq != d:
+        raise InputError(f"{OP}: q must be [Hq, D] with the caches' D = {d}, got {tuple(q.shape)}")
+    if hkv < 1 or hq % hkv:
+        raise InputError(f"{OP}: the query heads Hq = {hq} must be a multiple of the kv heads Hkv = {hkv} (GQA)")
+    g = hq // hkv
+    if not 1 <= g <= MAX_GQA:
+        raise InputError(f"{OP}: query heads per kv head Hq / Hkv = {hq} / {hkv} = {g} must be within 1..{MAX_GQA}")
+    if isinstance(length, (bool, np.bool_)) or not isinstance(length, (int, np.integer)):
+        raise InputTypeError(f"{OP}: length must be an int, got {type(length).__name__} {length!r}")
+    length = operator.index(length)
+    if not 1 <= length <= max_tokens:
+        raise InputError(f"{OP}: length must satisfy 1 <= length <= max_tokens = {max_tokens} (the caches' "
+                         f"axis 1), got {length}")
+    if scale is None:
+        scale = d ** -0.5
+    elif isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise InputTypeError(f"{OP}: scale must be a real number or None, got {type(scale).__name__} {scale!r}")
+    elif not math.isfinite(float(scale)):
+        raise InputError(f"{OP}: scale must be finite, got {scale!r}")
+    qscale = float(np.float32(float(scale) * LOG2E))
+    if not math.isfinite(qscale):
+        raise InputError(f"{OP}: scale * log2(e) = {float(scale) * LOG2E!r} overflows fp32")
+    queue = validate.same_queue(OP, q=q, k_cache=k_cache, v_cache=v_cache, out=out)
+    validate.require_fp16(OP, queue)
+    # token indices in the kernels are 32-bit, and a split's end (start + chunk) may pass length by up to a chunk
+    validate.fits_int32(OP, max_tokens_x_2=2 * max_tokens + 32, Hq_x_D=hq * d)
+    if out is not None:
+        validate.out_array(OP, out, shape=(hq, d), dtype=np.float16, queue=queue,
+                           inputs={"q": q, "k_cache": k_cache, "v_cache": v_cache})
+    return queue, hkv, max_tokens, d, hq, g, length, qscale
+
+
+def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, target: str | None = None,
+        splits: int | None = None, events: list | None = None):
+    """Validate, launch, return (y, event of the last launch). `workspace`: a float32 1-D device array on q's queue
+    of at least workspace_floats(S, Hq, D) floats (None: allocated for this call). `splits` overrides the split rule
+    (tests: empty splits, many splits); `events`, a list, receives every launch's event (the benchmark's span)."""
+    queue, hkv, max_tokens, d, hq, g, length, qscale = _check(q, k_cache, v_cache, length, scale, out)
+    chosen = targets.resolve(queue.sycl_device, target)
+    if is_xe2(chosen):
+        for name, a in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+            if validate._byte_range(a)[0] % 16:
+                raise InputError(f"{OP}: {name} must start 16-byte aligned on Xe2 targets (sub-group block reads); "
+                                 f"it is a view with an odd offset: pass dpnp.copy({name})")
+    program = program_for(queue, FAMILY, chosen)
+    c = program.constants
+    if splits is None:
+        s, chunk = split_plan(c, program.target, _fill(queue.sycl_device, program.target, c), hkv, g, length)
+    else:
+        if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= c["MAX_SPLITS"]:
+            raise InputError(f"{OP}: splits must be an int in 1..{c['MAX_SPLITS']}, got {splits!r}")
+        s, chunk = splits, ceil_div(ceil_div(length, splits), c["BT"]) * c["BT"]
+    need = workspace_floats(s, hq, d) if s > 1 else 1
+    if workspace is None:
+        workspace = dpnp.empty(need, dtype=np.float32, sycl_queue=queue)
+    else:
+        validate.device_array(OP, "workspace", workspace, dtypes=[np.float32], ndims=[1])
+        if workspace.size < need or workspace.sycl_queue != queue:
+            raise InputError(f"{OP}: workspace must hold {need} floats on q's queue, got {workspace.size}")
+        for name, a in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
+            if a is not None and validate.overlaps(workspace, a):
+                raise InputError(f"{OP}: workspace overlaps {name}")
+    y = out if out is not None else launch.new_output((hq, d), np.float16, queue)
+    if is_xe2(program.target):
+        local = ceil_div(g, c["GH"]) * c["SG"]
+        split_geometry, reduce_geometry = (hkv * s * local, local), (hq * c["SG"], c["SG"])
+    else:
+        split_geometry, reduce_geometry = (hkv * s, 1), (hq, 1)
+    steps = [launch.prepare(program.kernel(f"decode_attention_d{d}"),
+                            [q, k_cache, v_cache, workspace, y, g, hq, s, max_tokens, length, chunk, qscale,
+                             int(s == 1)], *split_geometry, queue)]
+    if s > 1:
+        steps.append(launch.prepare(program.kernel(f"decode_attention_reduce_d{d}"), [workspace, y, hq, s],
+                                    *reduce_geometry, queue))
+    events = [] if events is None else events
+    events.extend(launch.enqueue(step) for step in steps)
+    return y, events[-1]
+
+
+def _with_workspace(q, k_cache, v_cache, length, workspace, *, scale=None, out=None, target: str | None = None):
+    return run(q, k_cache, v_cache, length, workspace, scale=scale, out=out, target=target)[0]
+
+
+_cached_op = fastcall.cached(_with_workspace)
+_per_thread = threading.local()
+
+
+def _workspace_for(q):
+    """The workspace for a call with this q: the thread's cached one for q's queue (a plan's own while binding);
+    None when q is not a plausible argument (the op then raises its own error, or allocates)."""
+    u = validate.usm_view(q)
+    if u is None or u.ndim != 2 or u.dtype != np.float16 or u.shape[1] not in HEAD_DIMS or not 1 <= u.shape[0] <= 4096:
+        return None
+    need = workspace_floats(MAX_SPLITS, u.shape[0], u.shape[1])
+    queue = u.sycl_queue
+    if launch.is_recording():
+        return dpnp.empty(need, dtype=np.float32, sycl_queue=queue)
+    cache = getattr(_per_thread, "workspaces", None)
+    if cache is None:
+        cache = _per_thread.workspaces = {}
+    ws = cache.get(queue)
+    if ws is None or ws.size < need:
+        ws = cache[queue] = dpnp.empty(need, dtype=np.float32, sycl_queue=queue)
+    return ws
+
+
+def decode_attention(q, k_cache, v_cache, length: int, *, scale: float | None = None, out=None,
+                     target: str | None = None):
+    """Attention of one new token: q float16 [Hq, D] against k_cache / v_cache float16 [Hkv, max_tokens, D] over
+    tokens [0, length) (the token's own k / v already written at length - 1). GQA with Hq / Hkv in 1..16, D 64 or
+    128, scale default D^-0.5, fp32 softmax. Returns float16 [Hq, D] (or fills `out`) without waiting."""
+    return _cached_op(q, k_cache, v_cache, length, _workspace_for(q), scale=scale, out=out, target=target)

@@ -1,0 +1,204 @@
+"""W4A16 GEMM for prompts: out[M, N] = act(a[M, K] . dequant(qw)^T + bias), qw a QuantizedW4 [N, K] (group size 32,
+64 or 128, symmetric or with zero points), a and out float16, fp32 accumulation; the weights are dequantized inside the
+K loop (spirv_src/gemm_w4a16.cl), never copied whole to fp16.
+
+The one decision (`uses_gemv`): M <= 16 without bias and activation goes to gemv_w4a16's batched decode kernels
+(weights read once for all M rows: the memory-bound regime); larger M, or any M with a bias or an activation (the
+GEMV kernels have no epilogue; these kernels fuse it), goes to the GEMM kernels below.
+
+Geometry, Xe2 shape (bmg, lnl): a sub-group of 16 lanes owns a 32 x 64 tile of C, a work-group SGS_M x SGS_N such
+sub-groups, and when the tiles alone would not fill the chip's hardware threads K is split into `slices` ranges of
+64-k steps (dimension 2 of the work-group) whose partial tiles meet in SLM:
+    local  = (SGS_N * 16, SGS_M, slices)
+    global = (ceil(tiles_n / SGS_N) * SGS_N * 16, ceil(tiles_m / SGS_M) * SGS_M, slices)
+    SLM    = (slices - 1) * SGS_M * SGS_N * 32 * 64 floats (<= 64 KB)
+A and the packed codes are read with 2D block loads; their rules are checked here before launch (the hardware's
+behaviour is undefined when one is broken): a and packed 64-byte aligned, packed rows K / 2 >= 64 bytes (K >= 128),
+N and M <= 2^24. Operands that break them are refused by name (no fallback kernel: every LLM projection meets them).
+Geometry, CPU shape: one 16-lane packet per (RB x RM) rows x 16 NJ columns:
+    global = (ceil(M / (RB RM)) * 16, ceil(N / (16 NJ))), local = (16, 1), static local memory (checked here)
+
+Variants: "native" (default) is the real thing per target: DPAS on bmg/lnl, the CPU shape on cpu. "xe2emu" runs the
+Xe2 kernels with software DPAS and 2D block reads on any device (how the Xe2 path is tested on the CPU device).
+"""
+from __future__ import annotations
+
+import dpnp
+import numpy as np
+
+from .. import _compat, targets, validate
+from ..errors import InputError, LaunchLimitError, TargetError
+from ..quant import QuantizedW4
+from . import gemv_w4a16
+from .common import ceil_div, is_xe2, program_for
+from .gemm_fp16 import ACTIVATIONS, MAX_DIM, block2d_rule_breaks
+from .gemv_common import MAX_M as GEMV_MAX_M
+from .gemv_common import check_quantized
+from .. import launch
+
+OP = "gemm_w4a16"
+FAMILIES = {"native": "gemm_w4a16", "xe2emu": "gemm_w4a16_xe2emu"}
+TILE_M, TILE_N, K_STEP = 32, 64, 64
+MIN_STEPS_PER_SLICE = 4  # a K slice shorter than 4 steps costs more in SLM traffic than it gains
+MAX_SUBGROUPS_PER_GROUP = 32
+MAX_SLM_BYTES = 64 * 1024
+CPU_PACKET = 16
+
+
+def uses_gemv(m: int, bias, activation) -> bool:
+    """The one decision: batched decode GEMV (weights read once for all rows) or the GEMM kernels."""
+    return m <= GEMV_MAX_M and bias is None and activation is None
+
+
+def kernel_name(symmetric: bool) -> str:
+    """One kernel per symmetric / zero-point; the group size is an argument."""
+    return f"{OP}_{'sym' if symmetric else 'zp'}"
+
+
+def _address(a) -> int:
+    return _compat.first_element_address(validate.usm_view(a))
+
+
+def block2d_breaks(a, qw: QuantizedW4, m: int, n: int, k: int) -> list[str]:
+    """Why a and qw's codes cannot be read with 2D block loads (empty: they can)."""
+    return (block2d_rule_breaks("a", _address(a), 2 * k, m, 2 * k)
+            + block2d_rule_breaks("qw.packed", _address(qw.packed), k // 2, n, k // 2))
+
+
+def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> dict:
+    tiles_m, tiles_n = ceil_div(m, TILE_M), ceil_div(n, TILE_N)
+    sgs_m, sgs_n = min(constants["SGS_M"], tiles_m), min(constants["SGS_N"], tiles_n)
+    steps = ceil_div(k, K_STEP)
+    slices = 1
+    while (tiles_m * tiles_n * slices * 2 <= hw_threads and slices * 2 <= constants["MAX_KSLICES"]
+           and steps >= slices * 2 * MIN_STEPS_PER_SLICE):
+        slices *= 2
+
+    def slm_floats():
+        return (slices - 1) * sgs_m * sgs_n * TILE_M * TILE_N
+
+    while sgs_m * sgs_n * slices > MAX_SUBGROUPS_PER_GROUP or slm_floats() * 4 > MAX_SLM_BYTES:
+        if sgs_m > 1:
+            sgs_m = ceil_div(sgs_m, 2)
+        elif sgs_n > 1:
+            sgs_n = ceil_div(sgs_n, 2)
+        else:
+            slices //= 2
+    local = (sgs_n * 16, sgs_m, slices)
+    global_ = (ceil_div(tiles_n, sgs_n) * local[0], ceil_div(tiles_m, sgs_m) * sgs_m, slices)
+    return {"slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}
+
+
+def cpu_static_slm_bytes(constants: dict) -> int:
+    """Local memory the cpu kernel declares statically (b_st, a_st, acc_st in gemm_w4a16.cl)."""
+    rows, cols, kb = constants["RB"] * constants["RM"], 16 * constants["NJ"], constants["KB"]
+    return 4 * (kb * cols + rows * kb + rows * cols)
+
+
+def cpu_geometry(constants: dict, m: int, n: int) -> dict:
+    rows, cols = constants["RB"] * constants["RM"], 16 * constants["NJ"]
+    return {"global": (ceil_div(m, rows) * CPU_PACKET, ceil_div(n, cols)), "local": (CPU_PACKET, 1)}
+
+
+def _check_device_runs(variant: str, target: str, queue) -> None:
+    """The native bmg/lnl kernels call DPAS and 2D block built-ins only an Xe2 GPU driver provides (Intel's CPU
+    runtime fails to build them without a message): refuse before that, with the fix."""
+    if variant != "native" or not is_xe2(target):
+        return
+    try:
+        detected = targets.detect(queue.sycl_device).target
+    except TargetError:
+        detected = None
+    if detected not in ("bmg", "lnl"):
+        raise TargetError(
+            f"{OP}: target {target!r} needs an Intel Xe2 GPU: its kernels call intel_sub_group_f16_f16_matrix_mad_k16 "
+            f"and intel_sub_group_2d_block_read_*, which device {queue.sycl_device.name!r} does not provide; use "
+            f"target='cpu' or target=None, or variant='xe2emu' to run the Xe2 kernels with software DPAS and 2D reads")
+
+
+def check_inputs(a, qw, bias, activation, out):
+    """Everything about the call's arrays; returns (queue, m, n, k)."""
+    if activation not in ACTIVATIONS:
+        raise InputError(f"{OP}: activation must be None, 'relu', 'gelu' (tanh form) or 'gelu_erf' (exact erf "
+                         f"form), got {activation!r}")
+    validate.device_array(OP, "a", a, dtypes=[np.float16], ndims=[2])
+    if isinstance(qw, QuantizedW4) and qw.sycl_queue is None:
+        qw.check(OP)
+        raise InputError(f"{OP}: qw's parts are numpy (host) arrays; the kernels need them on a's queue: "
+                         f"qw = qw.to_device(a.sycl_queue)")
+    check_quantized(OP, qw, QuantizedW4, "xe2rt.quantize_w4 / from_gptq / from_awq")
+    m, k = a.shape
+    n, k_w = qw.shape
+    if k_w != k:
+        raise InputError(f"{OP}: a is [M, K] = {tuple(a.shape)} (K = {k}) but qw is [N, K] = {(n, k_w)} "
+                         f"(K = {k_w}); K must match")
+    queue = a.sycl_queue
+    if qw.sycl_queue != queue:
+        raise InputError(f"{OP}: qw's parts are on another queue than a; weights must live on a's queue: "
+                         f"qw = qw.to_device(a.sycl_queue)")
+    if bias is not None:
+        validate.device_array(OP, "bias", bias, dtypes=[np.float16], ndims=[1])
+        if bias.shape[0] != n:
+            raise InputError(f"{OP}: bias must have length N = {n} (one per output column), got {bias.shape[0]}")
+    validate.same_queue(OP, a=a, bias=bias, out=out)
+    validate.require_fp16(OP, queue)
+    if out is not None:
+        validate.out_array(OP, out, shape=(m, n), dtype=np.float16, queue=queue,
+                           inputs={"a": a, "qw.packed": qw.packed, "qw.scales": qw.scales, "qw.zeros": qw.zeros,
+                                   "bias": bias})
+    for name, value in (("M", m), ("N", n), ("K", k)):
+        if value > MAX_DIM:
+            raise InputError(f"{OP}: {name} = {value} exceeds {MAX_DIM} (2^31 - 257): the kernels index rows and "
+                             f"columns with 32-bit ints")
+    return queue, m, n, k
+
+
+def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = None, variant: str = "native"):
+    """Validate, launch, and return (out, event); event is None when nothing needed launching."""
+    if variant not in FAMILIES:
+        raise InputError(f"{OP}: variant must be one of {sorted(FAMILIES)}, got {variant!r}")
+    queue, m, n, k = check_inputs(a, qw, bias, activation, out)
+    if uses_gemv(m, bias, activation):
+        return gemv_w4a16.run(a, qw, out=out, target=target)
+    chosen = targets.resolve(queue.sycl_device, target)
+    _check_device_runs(variant, chosen, queue)
+    program = program_for(queue, FAMILIES[variant], chosen)
+    constants = program.constants
+    xe2_shape = bool(constants["XE2_SHAPE"])
+    if xe2_shape and m and n and k:
+        breaks = block2d_breaks(a, qw, m, n, k)
+        if breaks:
+            raise InputError(f"{OP}: the Xe2 kernels (target {program.target!r}) read a and qw.packed with 2D block "
+                             f"loads, whose rules these operands break: {'; '.join(breaks)}. K must be >= 128 (code "
+                             f"rows of >= 64 bytes) and both arrays 64-byte aligned (a fresh dpnp array is)")
+    if not xe2_shape and cpu_static_slm_bytes(constants) > queue.sycl_device.local_mem_size:
+        raise LaunchLimitError(
+            f"{OP}: the cpu kernel needs {cpu_static_slm_bytes(constants)} bytes of local memory; device "
+            f"{queue.sycl_device.name!r} has {queue.sycl_device.local_mem_size}. Rebuild with smaller RB / KB in "
+            f"spirv_src/gemm_w4a16.toml.")
+    c = out if out is not None else launch.new_output((m, n), np.float16, queue)
+    if m == 0 or n == 0:
+        return c, None
+    packed, scales = qw.packed, qw.scales
+    zeros = qw.packed if qw.zeros is None else qw.zeros  # the symmetric kernels never read it
+    if k == 0:  # act(bias) from the kernels' empty K loop; zero-size arrays have no pointer to pass
+        a = scales = dpnp.zeros(1, dtype=np.float16, sycl_queue=queue)
+        packed = zeros = dpnp.zeros(1, dtype=np.uint8, sycl_queue=queue)
+    args = [a, packed, scales, zeros, bias if bias is not None else c, c, m, n, k, qw.group_size,
+            int(bias is not None), ACTIVATIONS[activation]]
+    kernel = program.kernel(kernel_name(qw.symmetric))
+    if xe2_shape:
+        geo = xe2_geometry(constants, targets.hw_threads(queue.sycl_device, program.target), m, n, k)
+        args.append(max(1, geo["slm_floats"]))
+    else:
+        geo = cpu_geometry(constants, m, n)
+    event = launch.launch(kernel, args, geo["global"], geo["local"], queue)
+    return c, event
+
+
+def gemm_w4a16(a, qw: QuantizedW4, *, bias=None, activation=None, out=None, target: str | None = None):
+    """out = activation(a @ dequant(qw).T + bias) for float16 a [M, K] and qw a QuantizedW4 [N, K] (device parts on
+    a's queue), optional float16 bias [N], activation None, "relu", "gelu" (tanh form) or "gelu_erf"; fp32
+    accumulation, one rounding to float16 [M, N]. M <= 16 without bias and activation runs gemv_w4a16's batched decode
+    kernels, everything else the W4A16 GEMM kernels. `target` forces a kernel target (bmg, lnl, cpu)."""
+    return run(a, qw, bias=bias, activation=activation, out=out, target=target)[0]
