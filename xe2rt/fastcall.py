@@ -26,7 +26,7 @@ import threading
 import dpnp
 import dpnp.tensor as dpt
 
-from . import _compat, launch, module, validate
+from . import _compat, launch, module
 from .launch import _recording
 
 _SCALAR_TYPES = frozenset((int, float, str, bool, type(None)))
