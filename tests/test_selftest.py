@@ -77,12 +77,12 @@ SUBSET = ("read 16b 1r16x1c", "read 16b 8r16x2c", "read transform 16b 16r16x1c",
 def test_native_comparison_names_the_lanes_of_a_wrong_emulation(tmp_path, queue, monkeypatch):
     """Build the unit-test kernels with a fault injected into the software 2D read (lane 5 reads lane 4's column),
     load them as the 'native' family, and the comparison must name lane 5 and no other."""
-    import build_spirv
-    import tomllib
-    spec = tomllib.loads((REPO / "spirv_src" / "gemm_fp16_ult.toml").read_text())
-    spec["targets"]["cpu"] = {**spec["targets"]["cpu"], "BLOCK2D_EMU_FAULT_LANE": 5}
-    entry = build_spirv.build_one(builtins.NATIVE, spec, "cpu", tmp_path)
-    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {f"cpu/{builtins.NATIVE}.spv": entry}}))
+    from xe2rt.build import builder, spec
+    module = spec.load_spec(REPO / "spirv_src" / "gemm_fp16_ult.toml")[0]
+    module.name = builtins.NATIVE
+    module.targets["cpu"].constants["BLOCK2D_EMU_FAULT_LANE"] = 5
+    manifest = builder.build([module], ["cpu"], tmp_path, log=lambda *_: None)
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setenv("XE2RT_KERNEL_DIR", str(tmp_path))
     artifacts.clear_caches()
     try:
