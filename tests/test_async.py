@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import xe2rt
-from xe2rt import launch
+from xe2rt import _compat, launch
 from xe2rt.ops import gemv_fp16 as gemv_fp16_op
 
 from conftest import to_device
@@ -194,7 +194,7 @@ def test_order_manager_holds_only_the_latest_event(ooo_queue, rng):
     manager = dpctl.utils.SequentialOrderManager[ooo_queue]
     for _ in range(200):
         xe2rt.gemv_fp16(x, w)
-    if launch._OrderState is not None:
+    if _compat._OrderState is not None:
         assert manager.num_submitted_events <= 1
     ooo_queue.wait()
 

@@ -20,8 +20,8 @@ except _ConfigError:
     if not (_sys.argv[:1] == ["-m"] or _sys.argv[0].endswith("/xe2rt")):
         raise
 
-from .errors import (ArtifactError, ConfigError, InputError, InputTypeError, LaunchLimitError,  # noqa: E402
-                     TargetError, Xe2rtError)
+from .errors import (ArtifactError, CompileError, ConfigError, InputError, InputTypeError,  # noqa: E402
+                     LaunchLimitError, TargetError, Xe2rtError)
 from .info import info  # noqa: E402
 from . import ops as _ops  # noqa: E402
 from .fastcall import cached as _cached  # noqa: E402
@@ -40,9 +40,9 @@ gemv_w4a16 = _cached(_gemv_w4a16.gemv_w4a16)
 gemv_w8a16 = _cached(_gemv_w8a16.gemv_w8a16)
 softmax_topk = _cached(_routing.softmax_topk)
 topk = _cached(_routing.topk)
-# check_ids=True reads the ids back on every call: such calls always run the op.
-moe_ffn_w4a16 = _cached(_moe.moe_ffn_w4a16, uncached_if=("check_ids",))
-moe_layer = _cached(_moe.moe_layer, uncached_if=("check_ids",))
+# moe allocates temporaries (routing metadata, per-pair activations) on every call: not replayable, not wrapped.
+moe_ffn_w4a16 = _moe.moe_ffn_w4a16
+moe_layer = _moe.moe_layer
 rms_norm = _cached(_decoder_small.rms_norm)
 silu_mul = _cached(_decoder_small.silu_mul)
 # rope_kv reads positions back by default: such calls run the op; check_positions=False calls are replayed.
@@ -55,6 +55,7 @@ from .quant_experts import (QuantizedW4Experts, experts_from_awq, experts_from_g
                             quantize_w4_experts)
 from .targets import target_for  # noqa: E402
 from .plan import Plan, bind  # noqa: E402
+from .module import Kernel, LocalMemory, Module, load  # noqa: E402
 from .warmup import warmup  # noqa: E402
 
 __version__ = "0.1.0"
@@ -64,7 +65,8 @@ __all__ = [
     "gemv_w4a16", "gemv_w8a16", "gemm_w4a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8",
     "from_gptq", "from_awq",
     "moe_ffn_w4a16", "moe_layer", "QuantizedW4Experts", "quantize_w4_experts", "experts_from_gptq",
-    "experts_from_awq", "rms_norm", "rope_kv", "silu_mul", "decode_attention",
-    "prefill_attention",
-    "Xe2rtError", "ArtifactError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError", "TargetError",
+    "experts_from_awq", "rms_norm", "rope_kv", "silu_mul", "decode_attention", "prefill_attention",
+    "load", "Module", "Kernel", "LocalMemory",
+    "Xe2rtError", "ArtifactError", "CompileError", "ConfigError", "InputError", "InputTypeError", "LaunchLimitError",
+    "TargetError",
 ]

@@ -5,6 +5,7 @@ XE2RT_TARGET        force a kernel target for every call: one of bmg, lnl, cpu, 
 XE2RT_KERNEL_DIR    load binaries and manifest.json from this folder instead of the packaged xe2rt/kernels
 XE2RT_NO_ICD_SETUP  set to 1 to stop `import xe2rt` from pointing OCL_ICD_FILENAMES at the pip-installed OpenCL
                     CPU runtime (it only ever does so when OCL_ICD_FILENAMES is unset)
+XE2RT_CACHE_DIR     folder for Module.from_source builds (default ~/.cache/xe2rt/from_source)
 XE2RT_MODEL_CACHE   folder for downloaded model wheels (xe2rt.models; default ~/.cache/xe2rt/models)
 """
 from __future__ import annotations
@@ -54,3 +55,8 @@ def icd_setup_enabled() -> bool:
 def model_cache_dir() -> Path:
     value = os.environ.get("XE2RT_MODEL_CACHE", "").strip()
     return Path(value).expanduser() if value else Path.home() / ".cache" / "xe2rt" / "models"
+
+
+def cache_dir() -> Path:
+    value = os.environ.get("XE2RT_CACHE_DIR", "").strip()
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "xe2rt" / "from_source"

@@ -25,6 +25,10 @@ class ArtifactError(Xe2rtError, RuntimeError):
     """A shipped binary is missing, does not match its manifest, or failed to build for the device."""
 
 
+class CompileError(Xe2rtError, RuntimeError):
+    """OpenCL C source did not compile; the message carries the compiler's log with file:line."""
+
+
 class LaunchLimitError(Xe2rtError, ValueError):
     """The launch geometry exceeds a device or kernel limit; the message gives the numbers."""
 

@@ -4,9 +4,9 @@ An op's checks, kernel choice, geometry and argument packing depend only on fact
 change between calls of a decode loop: each array's dtype, shape, contiguity, queue and base alignment, the values of
 its non-array arguments, the XE2RT_* variables and the per-call target. `cached(op)` keys calls by exactly those
 facts. The first call with a key runs the op as usual (so every error is the op's own) while recording its launches
-(launch.recording, as xe2rt.bind does), and remembers, for each packed kernel argument, which of the call's arrays it
-was. A later call with the same key replays those launches with its own arrays substituted and fresh outputs
-allocated: nothing that the facts determine is recomputed, and nothing that they do not determine is reused.
+(launch.recording, as xe2rt.bind does); the recorder is given the call's arrays, and each launch notes as it packs an
+argument which of them it is, or which output the op made with launch.new_output. A later call with the same key replays those launches with its own arrays substituted and fresh outputs
+allocated (xe2rt.pool): nothing that the facts determine is recomputed, and nothing that they do not determine is reused.
 
 Two checks depend on more than the key and run on every replayed call: `out=` must not overlap an input (byte ranges
 of this call's arrays; on overlap the op itself is called and raises), and arrays must be device arrays at all (the
@@ -19,48 +19,35 @@ complete, like any launch.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
-import math
-import os
-import sys
 import threading
 
-import dpctl
-import dpctl.memory
 import dpnp
 import dpnp.tensor as dpt
 
-from . import artifacts, launch, validate
+from . import _compat, launch, module
 from .launch import _recording
 
 _SCALAR_TYPES = frozenset((int, float, str, bool, type(None)))
 ALIGNMENT = 64  # base-address residue kept in the key: the strictest alignment any kernel choice depends on
 MAX_ENTRIES = 1024
 _UNCACHEABLE = object()
-_environ_bytes = getattr(os.environ, "_data", None)
-if _environ_bytes is not None:  # CPython keeps os.environ's contents in a bytes-keyed dict: a tenth of the cost
-    _environ_get, _TARGET_KEY, _KERNEL_DIR_KEY = _environ_bytes.get, b"XE2RT_TARGET", b"XE2RT_KERNEL_DIR"
-else:
-    _environ_get, _TARGET_KEY, _KERNEL_DIR_KEY = os.environ.get, "XE2RT_TARGET", "XE2RT_KERNEL_DIR"
+_environ_get = _compat.environ_get
+_TARGET_KEY, _KERNEL_DIR_KEY = _compat.environ_key("XE2RT_TARGET"), _compat.environ_key("XE2RT_KERNEL_DIR")
+_address = _compat.first_element_address
 
 
 def _env(name: str):
     """An XE2RT_* variable as it is now."""
-    return _environ_get(name.encode() if _environ_bytes is not None else name)
+    return _environ_get(_compat.environ_key(name))
 
 
 _DPNP_ARRAY = dpnp.ndarray
 _fields_by_type: dict = {}
-_resident: dict = {}  # id -> array: device constants ops keep for good (held here, so the ids stay theirs)
-
-
-def resident(array):
-    """Register `array` as a device constant that an op made once from facts its cache key holds and keeps for the
-    life of the process: recorded launches that pass it replay it as a constant. Returns the array."""
-    _resident[id(array)] = array
-    return array
+# Device constants an op made once from facts its cache key holds and keeps for the life of the process: the
+# recorder (launch.Recorder) notes launches that pass one as constants, so a replay passes the same array again.
+resident = launch.resident
 
 
 def _flatten(value, facts: list, arrays: list) -> bool:
@@ -70,7 +57,7 @@ def _flatten(value, facts: list, arrays: list) -> bool:
     kind = type(value)
     if kind is _DPNP_ARRAY or kind is dpt.usm_ndarray:
         u = value.get_array() if kind is _DPNP_ARRAY else value
-        facts.append((kind, u.dtype, u.shape, u.flags.c_contiguous, id(u.sycl_queue), u._pointer % ALIGNMENT))
+        facts.append((kind, u.dtype, u.shape, u.flags.c_contiguous, id(u.sycl_queue), _address(u) % ALIGNMENT))
         arrays.append((value, u))
         return True
     if kind in _SCALAR_TYPES:
@@ -106,106 +93,38 @@ class _Entry:
         self.nbytes = nbytes  # per array of the call: its byte size (its shape and dtype are in the key)
 
 
-def _analyse(steps: list, arrays: list, result, n_out_args: int, in_place: tuple = ()):
-    """An _Entry for the recorded steps, or None when they use anything but the call's arrays and its outputs."""
-    if any(not isinstance(step, launch.Submission) for step in steps):
+def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple = ()):
+    """An _Entry for what the recorder holds, or None when a launch used anything but the call's arrays, the
+    outputs the op made with launch.new_output and resident constants, or the op queued host steps."""
+    if not recorder.replayable or any(not isinstance(step, launch.Submission) for step in recorder.steps):
         return None
-    by_id = {id(obj): i for i, (obj, _) in enumerate(arrays)}
-    results = list(result) if isinstance(result, tuple) else [result]
-    fresh, result_slots = [], []
-    for r in results:
-        u = validate.usm_view(r)
-        if u is None:
+    result_slots = []
+    for r in (list(result) if isinstance(result, tuple) else [result]):
+        slot = next((("in", i) for i, (obj, _) in enumerate(recorder.inputs) if r is obj), None)
+        if slot is None:
+            slot = next((("new", j) for j, (array, _) in enumerate(recorder.outputs) if r is array), None)
+        if slot is None:
             return None
-        if id(r) in by_id:
-            result_slots.append(("in", by_id[id(r)]))
-        else:
-            result_slots.append(("new", len(fresh)))
-            fresh.append((id(r), u.shape, u.dtype, u.sycl_queue))
-    fresh_ids = {obj_id: i for i, (obj_id, *_) in enumerate(fresh)}
-    launches = []
-    for step in steps:
-        slots = []
-        for value, packed in zip(step.keep, step.packed):
-            if isinstance(packed, dpctl.memory._memory._Memory):
-                if id(value) in by_id:
-                    slots.append(("in", by_id[id(value)]))
-                elif id(value) in fresh_ids:
-                    slots.append(("new", fresh_ids[id(value)]))
-                elif _resident.get(id(value)) is value:
-                    slots.append(("const", packed))  # the entry holds the packed memory; _resident the array
-                else:
-                    return None  # a temporary the op allocated: not ours to reuse
-            else:
-                slots.append(("const", packed))
-        launches.append((step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, slots))
-    fresh = [(shape, dtype, queue) for _, shape, dtype, queue in fresh]
-    out_arrays = list(in_place) + list(range(len(arrays) - n_out_args, len(arrays)))
-    nbytes = [u.size * u.itemsize for _, u in arrays]
+        result_slots.append(slot)
+    launches = [(step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, step.slots)
+                for step in recorder.steps]
+    fresh = [spec for _, spec in recorder.outputs]
+    n_inputs = len(recorder.inputs)
+    out_arrays = list(in_place) + list(range(n_inputs - n_out_args, n_inputs))
+    nbytes = [u.size * u.itemsize for _, u in recorder.inputs]
     return _Entry(launches, fresh, (isinstance(result, tuple), result_slots), out_arrays, nbytes)
 
 
-class _OutputPool:
-    """Output arrays for replayed calls, handed out again once nothing but the pool refers to them.
-
-    dpctl frees USM memory with sycl::free, which on the OpenCL runtime is a blocking free: it waits for the queued
-    kernels that may use the allocation, so a decode loop that drops each step's output would wait for the device at
-    every free, and building a new array costs more than the launch. An array is handed out again only when the
-    reference counts of the dpnp array, its usm_ndarray and its USM memory show that no user reference, view,
-    in-flight launch (launch._in_flight holds launched arrays until their kernels complete) or dpnp keep-alive task
-    holds any of them: then no queued work can still read or write it. Small outputs only (decode vectors), bounded in
-    count and bytes; a few candidates are looked at per call, oldest first."""
-    MAX_BYTES_EACH = 1 << 20
-    MAX_PER_SHAPE = 64
-    MAX_TOTAL = 64 << 20
-    TRIES = 4
-
-    def __init__(self):
-        self._arrays: dict = {}
-        self._total = 0
-
-    def array(self, shape, dtype, queue):
-        nbytes = max(1, dtype.itemsize * math.prod(shape))
-        if nbytes > self.MAX_BYTES_EACH:
-            return _fresh_array(shape, dtype, queue, nbytes)
-        ring = self._arrays.get((shape, dtype, id(queue)))
-        if ring is None:
-            ring = self._arrays[(shape, dtype, id(queue))] = collections.deque()
-        for _ in range(min(self.TRIES, len(ring))):
-            candidate = ring[0]
-            ring.rotate(-1)
-            # References when unused: the ring, `candidate` and getrefcount's argument (array); the array, `u` and
-            # the argument (usm_ndarray); the usm_ndarray and the argument (memory).
-            if sys.getrefcount(candidate) == 3:
-                u = candidate.get_array()
-                if sys.getrefcount(u) == 3 and sys.getrefcount(u.usm_data) == 2:
-                    return candidate
-        array = _fresh_array(shape, dtype, queue, nbytes)
-        if len(ring) < self.MAX_PER_SHAPE and self._total + nbytes <= self.MAX_TOTAL:
-            ring.append(array)
-            self._total += nbytes
-        return array
-
-
-def _fresh_array(shape, dtype, queue, nbytes):
-    memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
-    return dpnp.ndarray._create_from_usm_ndarray(dpt.usm_ndarray(shape, dtype=dtype, buffer=memory))
-
-
-_pool = _OutputPool()
-
-
 def _new_array(shape, dtype, queue):
-    with _entries_lock:
-        return _pool.array(shape, dtype, queue)
+    return launch.pool.new_output(shape, dtype, queue)
 
 
 def _overlapping(entry: _Entry, arrays: list) -> bool:
     """Whether an array the op writes (`out=`, or an in-place argument) overlaps another of the call's arrays (the op's
     own rule, e.g. validate.out_array)."""
     written = entry.out_arrays
-    # validate.usm_byte_range with the sizes the entry knows (an array's C-contiguous span, _pointer its first byte)
-    ranges = [(u._pointer, u._pointer + nbytes) if nbytes else None for (_, u), nbytes in zip(arrays, entry.nbytes)]
+    # validate.usm_byte_range with the sizes the entry knows (an array's C-contiguous span from its first byte)
+    ranges = [(_address(u), _address(u) + nbytes) if nbytes else None for (_, u), nbytes in zip(arrays, entry.nbytes)]
     for n, i in enumerate(written):
         if ranges[i] is None:
             continue
@@ -268,18 +187,18 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
 
     @functools.wraps(op)
     def call(*args, **kwargs):
-        if _recording.steps is not None:  # inside xe2rt.bind or a composite op: the outer recording takes the launches
+        if _recording.current is not None:  # inside xe2rt.bind or a composite op: the outer recording takes the launches
             return op(*args, **kwargs)
         for name in uncached_if:
             if kwargs.get(name):
                 return op(*args, **kwargs)
-        facts = [op, _environ_get(_TARGET_KEY), _environ_get(_KERNEL_DIR_KEY), artifacts.generation]
+        facts = [op, _environ_get(_TARGET_KEY), _environ_get(_KERNEL_DIR_KEY), module.generation]
         arrays = []
         ok = True
         for value in args:  # the common case, a dpnp array, inline
             if type(value) is _DPNP_ARRAY:
                 u = value.get_array()
-                facts.append((u.dtype, u.shape, u.flags.c_contiguous, id(u.sycl_queue), u._pointer % ALIGNMENT))
+                facts.append((u.dtype, u.shape, u.flags.c_contiguous, id(u.sycl_queue), _address(u) % ALIGNMENT))
                 arrays.append((value, u))
             elif not _flatten(value, facts, arrays):
                 ok = False
@@ -308,11 +227,11 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
             if entry.out_arrays and _overlapping(entry, arrays):
                 return op(*args, **kwargs)  # the op raises its own overlap error
             return _replay(entry, arrays)
-        with launch.recording() as steps:
+        with launch.recording(arrays) as recorder:
             result = op(*args, **kwargs)
-        launch.run_steps(steps)  # the first call runs exactly what was recorded
+        launch.run_steps(recorder.steps)  # the first call runs exactly what was recorded
         in_place_slots = _in_place_slots(in_place, args) if in_place else ()
-        entry = _analyse(steps, arrays, result, n_out_args, in_place_slots) if in_place_slots is not None else None
+        entry = _analyse(recorder, result, n_out_args, in_place_slots) if in_place_slots is not None else None
         with _entries_lock:
             if len(_entries) >= MAX_ENTRIES:
                 _entries.clear()

@@ -10,8 +10,11 @@ so an array dropped by the caller cannot be freed under a running kernel.
 Sizes are given in OpenCL order (element 0 is get_global_id(0)); dpctl takes them reversed for 2-D/3-D ranges
 (TOOLCHAIN.md section 2), which is done here and nowhere else.
 
-Recording (xe2rt.bind): inside `recording()`, launches are checked and packed as usual but stored instead of
-submitted; `Submission.submit()` replays one later with fresh ordering.
+Recording (one mechanism for xe2rt.bind and the warm-call replay of xe2rt.fastcall): inside `recording()`, launches
+are checked and packed as usual but stored instead of submitted. The recorder is told the call's arrays beforehand;
+when an argument is packed, the Submission notes its slot: which of the call's arrays it is, which output the op
+allocated through `new_output`, or a constant. An argument that is none of these (a temporary the op allocated)
+marks the recording as not replayable with other arrays.
 """
 from __future__ import annotations
 
@@ -19,86 +22,143 @@ import atexit
 import collections
 import ctypes
 import math
+import numbers
+import struct
 import threading
 from typing import Callable, Sequence
 
 import dpctl
 import dpctl.memory
-import dpctl.utils
 import numpy as np
 
-from . import validate
-from .artifacts import Kernel
+from . import _compat, pool, validate
 from .errors import InputError, InputTypeError, LaunchLimitError
 
 _CL_DTYPES = {"half": np.float16, "float": np.float32, "double": np.float64, "char": np.int8, "uchar": np.uint8,
               "short": np.int16, "ushort": np.uint16, "int": np.int32, "uint": np.uint32, "long": np.int64,
               "ulong": np.uint64}
-_CL_CTYPES = {"float": ctypes.c_float, "double": ctypes.c_double, "char": ctypes.c_int8, "uchar": ctypes.c_uint8,
-              "short": ctypes.c_int16, "ushort": ctypes.c_uint16, "int": ctypes.c_int32, "uint": ctypes.c_uint32,
-              "long": ctypes.c_int64, "ulong": ctypes.c_uint64}
-_LOCAL_ACCESSOR_CODES = {"float": "f4", "double": "f8", "char": "i1", "uchar": "u1", "short": "i2", "ushort": "u2",
-                         "int": "i4", "uint": "u4", "long": "i8", "ulong": "u8"}
+# A half scalar travels as its 16 bits: dpctl passes any 2-byte ctypes value by size (tests/test_module.py).
+_CL_CTYPES = {"half": ctypes.c_uint16, "float": ctypes.c_float, "double": ctypes.c_double, "char": ctypes.c_int8,
+              "uchar": ctypes.c_uint8, "short": ctypes.c_int16, "ushort": ctypes.c_uint16, "int": ctypes.c_int32,
+              "uint": ctypes.c_uint32, "long": ctypes.c_int64, "ulong": ctypes.c_uint64}
+_LOCAL_ACCESSOR_CODES = {"half": "u2", "float": "f4", "double": "f8", "char": "i1", "uchar": "u1", "short": "i2",
+                         "ushort": "u2", "int": "i4", "uint": "u4", "long": "i8", "ulong": "u8"}
 _COMPLETE = dpctl.event_status_type.complete
 # Records (of RETIRE_EVERY launches each, see _record) held at once, i.e. 4096 launches; past this the oldest is
 # waited for (a bound on memory, far above the depth any pipeline needs to keep a device busy).
 MAX_IN_FLIGHT = 256
 
 
-def _as_tuple(size) -> tuple[int, ...]:
-    return tuple(int(s) for s in size) if isinstance(size, (tuple, list)) else (int(size),)
+def as_tuple(size) -> tuple[int, ...]:
+    if type(size) is int:
+        return (size,)
+    try:
+        return tuple(int(s) for s in size) if isinstance(size, (tuple, list)) else (int(size),)
+    except (TypeError, ValueError):
+        raise InputTypeError(f"launch sizes must be ints or tuples of ints, got {size!r}") from None
 
 
 # ---- marshalling ----
 
-def _param_specs(kernel: Kernel) -> list[tuple]:
+class LocalMemory:
+    """A `__local T*` kernel argument of `nbytes` bytes, allocated per work-group at launch (as in PyOpenCL)."""
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int):
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 1:
+            raise InputError(f"LocalMemory: nbytes must be a positive int, got {nbytes!r}")
+        self.nbytes = int(nbytes)
+
+    def __repr__(self) -> str:
+        return f"LocalMemory({self.nbytes})"
+
+
+def _param_specs(kernel) -> list[tuple]:
     """Per parameter, what marshal needs, computed once per kernel."""
     specs = []
     for param in kernel.params:
         where = f"{kernel.describe()} argument {param.name!r}"
+        if param.type not in _CL_DTYPES:
+            raise InputTypeError(f"{where}: parameter type {param.type!r} is not supported by the launcher "
+                                 f"(supported: {', '.join(_CL_DTYPES)}, pointers to them)")
+        dtype = np.dtype(_CL_DTYPES[param.type])
         if param.space in ("global", "constant"):
-            specs.append(("g", where, param.type, np.dtype(_CL_DTYPES[param.type])))
+            specs.append(("g", where, param.type, dtype))
         elif param.space == "local":
-            specs.append(("l", where, _LOCAL_ACCESSOR_CODES[param.type], np.dtype(_CL_DTYPES[param.type]).itemsize))
+            specs.append(("l", where, _LOCAL_ACCESSOR_CODES[param.type], dtype.itemsize, param.type))
         else:
-            dtype = _CL_DTYPES[param.type]
-            limits = (np.iinfo(dtype).min, np.iinfo(dtype).max) if np.issubdtype(dtype, np.integer) else None
-            specs.append(("s", where, param.type, _CL_CTYPES[param.type], limits))
+            is_float = param.type in ("half", "float", "double")
+            limits = None if is_float else (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+            specs.append(("s", where, param.type, _CL_CTYPES[param.type], limits, dtype))
     return specs
 
 
-_specs_cache: dict[int, tuple[Kernel, list]] = {}
+_specs_cache: dict = {}
 
 
-def _specs(kernel: Kernel) -> list[tuple]:
-    cached = _specs_cache.get(id(kernel))
-    if cached is None or cached[0] is not kernel:
-        cached = _specs_cache[id(kernel)] = (kernel, _param_specs(kernel))
-    return cached[1]
+def _specs(kernel) -> list[tuple]:
+    cached = _specs_cache.get(kernel)
+    if cached is None:
+        cached = _specs_cache[kernel] = _param_specs(kernel)
+    return cached
 
 
 def _usm_memory(value, where: str, cl_type: str, expected: np.dtype, queue: dpctl.SyclQueue):
     """The USM memory object to pass for a device array, after the checks the signature implies."""
     array = validate.usm_view(value)
     if array is None:
-        raise InputTypeError(f"{where}: needs a device array of {expected}, got {type(value).__name__}")
+        raise InputTypeError(f"{where}: declared {cl_type}* needs a device array (dpnp) of {expected}, got "
+                             f"{type(value).__name__}")
     if array.dtype != expected:
         raise InputTypeError(f"{where}: declared {cl_type}* needs {expected}, got {np.dtype(array.dtype)}")
     if not array.flags.c_contiguous:
         raise InputError(f"{where}: must be C-contiguous, got strides {tuple(array.strides)}")
     if array.sycl_queue is not queue and array.sycl_queue != queue:
-        raise InputError(f"{where}: lives on another queue than the launch queue")
+        raise InputError(f"{where}: lives on another queue than the launch queue ({array.sycl_device.name!r}); "
+                         f"all arrays of a launch share its queue: dpnp.asarray(a, sycl_queue=queue)")
     return usm_memory(array)
 
 
 def usm_memory(u):
     """What a kernel argument of usm_ndarray `u` is passed as: the allocation's own memory object when `u` starts at
     it (no per-call object), a memory object at its first element for a view that starts inside it."""
-    return u.usm_data if u._element_offset == 0 else dpctl.memory.as_usm_memory(u)
+    return u.usm_data if _compat.element_offset(u) == 0 else dpctl.memory.as_usm_memory(u)
 
 
-def marshal(kernel: Kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
-    """Kernel arguments for dpctl, and the SLM bytes they request. `__local T*` parameters take an element count."""
+def _scalar(spec: tuple, value):
+    _, where, cl_type, ctype, limits, dtype = spec
+    kind = type(value)
+    if limits is not None:  # an integer parameter
+        if kind is not int and not isinstance(value, (numbers.Integral, np.integer)) or kind is bool:
+            raise InputTypeError(f"{where}: declared {cl_type} takes an integer, got {kind.__name__} {value!r}")
+        number = int(value)
+        if not limits[0] <= number <= limits[1]:
+            raise InputError(f"{where}: {value} does not fit the kernel's {cl_type} [{limits[0]}, {limits[1]}]")
+        return ctype(number)
+    if kind is not float and kind is not int and not isinstance(value, (numbers.Real, np.floating, np.integer)) \
+            or kind is bool:
+        raise InputTypeError(f"{where}: declared {cl_type} takes a real number, got {kind.__name__}")
+    return _real(where, cl_type, ctype, float(value))
+
+
+_REAL_FORMATS = {"half": "<e", "float": "<f", "double": "<d"}
+_half_bits = struct.Struct("<H").unpack
+
+
+def _real(where: str, cl_type: str, ctype, number: float):
+    """A real scalar as the kernel's type: IEEE round-to-nearest-even (struct's 'e'/'f' conversions, as a C cast);
+    a finite value the type cannot hold is refused rather than passed as inf."""
+    try:
+        packed = struct.pack(_REAL_FORMATS[cl_type], number)
+    except OverflowError:
+        raise InputError(f"{where}: {number!r} overflows the kernel's {cl_type} (max "
+                         f"{float(np.finfo(_CL_DTYPES[cl_type]).max)})") from None
+    return ctype(_half_bits(packed)[0]) if cl_type == "half" else ctype(number)
+
+
+def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
+    """Kernel arguments for dpctl, and the SLM bytes they request. A `__local T*` parameter takes LocalMemory(nbytes)
+    (or, from the shipped ops, an element count)."""
     specs = _specs(kernel)
     if len(args) != len(specs):
         raise InputError(f"{kernel.describe()}: takes {len(kernel.params)} arguments "
@@ -109,21 +169,29 @@ def marshal(kernel: Kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[lis
         if kind == "g":
             out.append(_usm_memory(value, spec[1], spec[2], spec[3], queue))
         elif kind == "l":
-            count = int(value)
+            if type(value) is LocalMemory:
+                nbytes = value.nbytes
+                if nbytes % spec[3]:
+                    raise InputError(f"{spec[1]}: LocalMemory({nbytes}) is not a whole number of {spec[4]} "
+                                     f"({spec[3]} bytes each)")
+                count = nbytes // spec[3]
+            elif type(value) is int:
+                count = value
+            else:
+                raise InputTypeError(f"{spec[1]}: declared __local {spec[4]}* takes xe2rt.LocalMemory(nbytes), got "
+                                     f"{type(value).__name__}")
             if count < 1:
                 raise LaunchLimitError(f"{spec[1]}: local buffer needs at least 1 element, got {count}")
             out.append(dpctl.LocalAccessor(spec[2], (count,)))
             slm_bytes += count * spec[3]
+        elif type(value) is int and spec[4] is not None and spec[4][0] <= value <= spec[4][1]:
+            out.append(spec[3](value))  # the shipped ops' common case
+        elif type(value) is float and spec[4] is None:
+            out.append(_real(spec[1], spec[2], spec[3], value))
         else:
-            _, where, cl_type, ctype, limits = spec
-            if limits is None:
-                out.append(ctype(float(value)))
-            else:
-                number = int(value)
-                if not limits[0] <= number <= limits[1]:
-                    raise InputError(f"{where}: {value} does not fit the kernel's {cl_type} "
-                                     f"[{limits[0]}, {limits[1]}]")
-                out.append(ctype(number))
+            if validate.usm_view(value) is not None or isinstance(value, np.ndarray) and value.ndim:
+                raise InputTypeError(f"{spec[1]}: declared {spec[2]} (a scalar) got an array")
+            out.append(_scalar(spec, value))
     return out, slm_bytes
 
 
@@ -133,40 +201,48 @@ _device_limits: dict = {}
 
 
 def _limits(queue: dpctl.SyclQueue) -> tuple:
-    limits = _device_limits.get(queue)
-    if limits is None:
+    """(device, max work-group, local memory bytes, sub-group sizes, in order, queue). Keyed by id: the entry holds
+    its queue, so the id cannot be reused while the entry exists (SyclQueue's own hash costs a C++ call)."""
+    limits = _device_limits.get(id(queue))
+    if limits is None or limits[5] is not queue:
         device = queue.sycl_device
-        limits = _device_limits[queue] = (device, device.max_work_group_size, device.local_mem_size,
-                                          tuple(device.sub_group_sizes), queue.is_in_order)
+        limits = _device_limits[id(queue)] = (device, device.max_work_group_size, device.local_mem_size,
+                                              tuple(device.sub_group_sizes), queue.is_in_order, queue)
     return limits
 
 
 _geometry_ok: set = set()
 
 
-def check_geometry(kernel: Kernel, queue: dpctl.SyclQueue, global_size: tuple, local_size: tuple,
-                   slm_bytes: int) -> None:
-    key = (kernel.sycl_kernel, queue, global_size, local_size, slm_bytes)
+def check_geometry(kernel, queue: dpctl.SyclQueue, global_size: tuple, local_size: tuple, slm_bytes: int) -> None:
+    limits = _limits(queue)  # holds the queue: its id below cannot be reused while a verdict can be found
+    key = (kernel.sycl_kernel, id(queue), global_size, local_size, slm_bytes)
     if key in _geometry_ok:  # the same kernel, device and sizes passed before: the verdict cannot differ
         return
-    device, max_wg, local_mem, sub_group_sizes, _ = _limits(queue)
+    device, max_wg, local_mem, sub_group_sizes, _, _ = limits
     name = kernel.describe()
-    if len(global_size) != len(local_size):
-        raise LaunchLimitError(f"{name}: global {global_size} and local {local_size} differ in rank")
-    for g, l in zip(global_size, local_size):
-        if l < 1 or g % l:
-            raise LaunchLimitError(f"{name}: global size {global_size} is not a multiple of local size {local_size}")
+    if not 1 <= len(global_size) <= 3 or len(global_size) != len(local_size):
+        raise LaunchLimitError(f"{name}: global {global_size} and local {local_size} must both have 1 to 3 "
+                               f"dimensions, the same number")
+    for d, (g, l) in enumerate(zip(global_size, local_size)):
+        if g < 0 or l < 1 or g % l:
+            raise LaunchLimitError(f"{name}: global size {global_size} is not a multiple of local size "
+                                   f"{local_size} (dimension {d}: {g} vs {l})")
     wg = math.prod(local_size)
     kernel_limit = kernel.sycl_kernel.work_group_size
     if wg > min(kernel_limit, max_wg):
         raise LaunchLimitError(f"{name}: work-group of {wg} work-items; Required: {wg}, limit: kernel "
-                               f"{kernel_limit}, device {max_wg}. Reduce ROWS or K_SPLIT.")
+                               f"{kernel_limit}, device {max_wg}. Use a smaller local size.")
+    reqd = getattr(kernel, "reqd_work_group_size", None)
+    if reqd is not None and tuple(local_size) + (1,) * (3 - len(local_size)) != tuple(reqd):
+        raise LaunchLimitError(f"{name}: declares reqd_work_group_size{tuple(reqd)}; the launch asks for local "
+                               f"size {local_size}")
     if slm_bytes > local_mem:
         raise LaunchLimitError(f"{name}: needs {slm_bytes} bytes of local memory (SLM); device limit "
-                               f"{local_mem}. Reduce ROWS x K_SPLIT or the tile.")
-    sg = kernel.sycl_kernel.compile_sub_group_size
+                               f"{local_mem}. Use smaller LocalMemory arguments or work-groups.")
+    sg = getattr(kernel, "reqd_sub_group_size", None) or kernel.sycl_kernel.compile_sub_group_size
     if sg and sg not in sub_group_sizes:
-        raise LaunchLimitError(f"{name}: compiled for sub-group size {sg}; device {device.name!r} supports "
+        raise LaunchLimitError(f"{name}: requires sub-group size {sg}; device {device.name!r} supports "
                                f"{list(sub_group_sizes)}. Use a target built for this device.")
     if math.prod(global_size) >= 2**63:
         raise LaunchLimitError(f"{name}: global size {global_size} is out of range")
@@ -210,52 +286,12 @@ def _retire_completed() -> None:
         _in_flight.popleft()[0].wait()
 
 
-def _order_state_class():
-    """dpctl 0.22's order manager keeps its event lists in a C++ `_OrderManager` at `manager._state`; with it, a launch
-    can leave the manager holding only its own event (see ordered_submit). Other dpctl versions take the public path."""
-    try:
-        from dpctl.utils._order_manager import _SequentialOrderManager
-        from dpctl.utils._seq_order_keeper import _OrderManager
-    except ImportError:
-        return None
-    return _OrderManager if isinstance(getattr(_SequentialOrderManager(), "_state", None), _OrderManager) else None
-
-
-_OrderState = _order_state_class()
-_SequentialOrderManager = dpctl.utils.SequentialOrderManager
-MANAGER_PRUNE_THRESHOLD = 16  # dpctl's own default for a new manager
-
-
 def ordered_submit(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_size: list, local_size: list,
                    keep: tuple, in_order: bool) -> dpctl.SyclEvent:
-    """Submit after the queue's outstanding dpnp/xe2rt work and register the event with dpnp's order manager.
-
-    dpnp's manager keeps every submitted event until it has completed, and each new operation depends on all of
-    them and checks all of their states: with the host ahead of the device (the point of asynchronous launches) the
-    list grows and every launch pays for its length. This launch depends on all of them, so they are all its
-    ancestors: the manager is left holding this launch's event alone (and every host-task event it had, which only
-    `wait` uses), and the next operation, ours or dpnp's, depends on one event that implies the rest. On an
-    in-order queue the queue itself orders, so the launch takes no dependencies."""
+    """Submit after the queue's outstanding dpnp/xe2rt work, register the event with dpnp's order manager
+    (_compat.submit_ordered) and hold `keep` until the kernel completes."""
     with _lock:
-        manager = _SequentialOrderManager[queue]
-        state = manager._state if _OrderState is not None else None
-        if state is None:
-            event = queue.submit_async(sycl_kernel, packed, global_size, local_size,
-                                       [] if in_order else manager.submitted_events)
-            manager.add_event_pair(event, event)
-        else:
-            deps = state.get_submitted_events()  # completed events pruned
-            event = queue.submit_async(sycl_kernel, packed, global_size, local_size, [] if in_order else deps)
-            if not deps:  # the manager's list is empty: this event alone is what it will hold
-                state.add_to_submitted_events(event)
-            else:
-                fresh = _OrderState(MANAGER_PRUNE_THRESHOLD)
-                host_tasks = state.get_host_task_events()
-                if host_tasks:
-                    fresh.add_vector_to_both_events(host_tasks, [event])
-                else:
-                    fresh.add_to_submitted_events(event)
-                manager._state = fresh
+        event = _compat.submit_ordered(queue, sycl_kernel, packed, global_size, local_size, in_order)
         _record(queue, event, keep)
     return event
 
@@ -273,12 +309,14 @@ atexit.register(wait_all)
 
 
 class Submission:
-    """One checked and packed launch, ready to submit any number of times (xe2rt.bind)."""
-    __slots__ = ("queue", "sycl_kernel", "packed", "global_size", "local_size", "keep", "in_order")
+    """One checked and packed launch, ready to submit any number of times (xe2rt.bind). While recording, `slots`
+    says per packed argument where it came from: ("in", i) the recorder's input i, ("new", j) the op's output j,
+    ("const", packed) a scalar or local buffer, None a temporary of the op."""
+    __slots__ = ("queue", "sycl_kernel", "packed", "global_size", "local_size", "keep", "in_order", "slots")
 
-    def __init__(self, queue, sycl_kernel, packed, global_size, local_size, keep):
+    def __init__(self, queue, sycl_kernel, packed, global_size, local_size, keep, slots=None):
         self.queue, self.sycl_kernel, self.packed = queue, sycl_kernel, packed
-        self.global_size, self.local_size, self.keep = global_size, local_size, keep
+        self.global_size, self.local_size, self.keep, self.slots = global_size, local_size, keep, slots
         self.in_order = _limits(queue)[4]
 
     def submit(self) -> dpctl.SyclEvent:
@@ -290,8 +328,48 @@ class Submission:
                 self.in_order)
 
 
+_resident: dict = {}  # id -> array: device constants ops keep for good (held here, so the ids stay theirs)
+
+
+def resident(array):
+    """Register `array` as a device constant that an op made once (from facts a replay's key holds: rope_kv's inv_freq
+    table per queue, D, theta and scaling) and keeps for the life of the process: recorded launches that pass it note
+    it as a constant, so bind and warm-call replay pass the same array again. Returns the array."""
+    _resident[id(array)] = array
+    return array
+
+
+class Recorder:
+    """What a recording collects: the steps, and the arrays slots refer to. `inputs` are (object passed, its
+    usm_ndarray) pairs the caller registers; `outputs` are (array, (shape, dtype, queue)) the op made with
+    new_output; `replayable` is False once a launch used an array that is neither."""
+    __slots__ = ("steps", "inputs", "outputs", "replayable")
+
+    def __init__(self, inputs=()):
+        self.steps: list = []
+        self.inputs = list(inputs)
+        self.outputs: list = []
+        self.replayable = True
+
+    def slots(self, specs: list, args: Sequence, packed: list) -> list:
+        slots = []
+        for spec, value, arg in zip(specs, args, packed):
+            if spec[0] != "g":
+                slots.append(("const", arg))
+                continue
+            slot = next((("in", i) for i, (obj, u) in enumerate(self.inputs) if value is obj or value is u), None)
+            if slot is None:
+                slot = next((("new", j) for j, (array, _) in enumerate(self.outputs) if value is array), None)
+            if slot is None and _resident.get(id(value)) is value:
+                slot = ("const", arg)  # the slot holds the packed memory; _resident holds the array
+            if slot is None:
+                self.replayable = False
+            slots.append(slot)
+        return slots
+
+
 class _Recording(threading.local):
-    steps: list | None = None
+    current: Recorder | None = None
 
 
 _recording = _Recording()
@@ -299,43 +377,58 @@ _recording = _Recording()
 
 class recording:
     """Context manager: launches inside are checked and packed but stored (as Submission objects, and host steps as
-    callables) instead of run."""
+    callables) in the Recorder it returns instead of run. `inputs`: the call's (object, usm_ndarray) pairs."""
 
-    def __enter__(self) -> list:
-        if _recording.steps is not None:
+    def __init__(self, inputs=()):
+        self._inputs = inputs
+
+    def __enter__(self) -> Recorder:
+        if _recording.current is not None:
             raise RuntimeError("xe2rt.bind cannot be nested")
-        _recording.steps = []
-        return _recording.steps
+        recorder = _recording.current = Recorder(self._inputs)
+        return recorder
 
     def __exit__(self, *exc) -> None:
-        _recording.steps = None
+        _recording.current = None
 
 
 def is_recording() -> bool:
-    return _recording.steps is not None
+    return _recording.current is not None
 
 
-def launch(kernel: Kernel, args: Sequence, global_size, local_size, queue: dpctl.SyclQueue):
+def new_output(shape: tuple, dtype, queue: dpctl.SyclQueue):
+    """An op's output array (from the output pool, xe2rt.pool); while recording, a slot later calls refill."""
+    array = pool.new_output(shape, dtype, queue)
+    recorder = _recording.current
+    if recorder is not None:
+        recorder.outputs.append((array, (tuple(shape), np.dtype(dtype), queue)))
+    return array
+
+
+def launch(kernel, args: Sequence, global_size, local_size, queue: dpctl.SyclQueue):
     """Check everything, then submit once without waiting. Returns the event (profiling info if the queue enables
     it), or None while recording."""
     return enqueue(prepare(kernel, args, global_size, local_size, queue))
 
 
-def prepare(kernel: Kernel, args: Sequence, global_size, local_size, queue: dpctl.SyclQueue) -> Submission:
+def prepare(kernel, args: Sequence, global_size, local_size, queue: dpctl.SyclQueue) -> Submission:
     """Check and pack one launch without queuing it. Ops with dependent launches prepare them all, then enqueue them
     back to back: packing takes tens of microseconds, longer than a short kernel (moe's route) runs, and the next
     kernel would otherwise wait for the host."""
-    global_size, local_size = _as_tuple(global_size), _as_tuple(local_size)
+    global_size, local_size = as_tuple(global_size), as_tuple(local_size)
     packed, slm_bytes = marshal(kernel, args, queue)
     check_geometry(kernel, queue, global_size, local_size, slm_bytes)
+    recorder = _recording.current
+    slots = recorder.slots(_specs(kernel), args, packed) if recorder is not None else None
     return Submission(queue, kernel.sycl_kernel, packed, list(reversed(global_size)), list(reversed(local_size)),
-                      tuple(args))
+                      tuple(args), slots)
 
 
 def enqueue(submission: Submission) -> dpctl.SyclEvent | None:
     """Submit a prepared launch (or record it inside xe2rt.bind). Returns its event, or None while recording."""
-    if _recording.steps is not None:
-        _recording.steps.append(submission)
+    recorder = _recording.current
+    if recorder is not None:
+        recorder.steps.append(submission)
         return None
     return submission.submit()
 
@@ -354,7 +447,15 @@ def run_steps(steps) -> dpctl.SyclEvent | None:
 def host_step(step: Callable[[], object]) -> None:
     """Device work an op queues through dpnp rather than a kernel (e.g. zero-filling an output when K = 0): run now,
     or stored for replay while recording."""
-    if _recording.steps is not None:
-        _recording.steps.append(step)
+    recorder = _recording.current
+    if recorder is not None:
+        recorder.steps.append(step)
     else:
         step()
+
+
+def clear() -> None:
+    """Forget per-kernel and per-queue verdicts (with xe2rt.module.clear)."""
+    _specs_cache.clear()
+    _geometry_ok.clear()  # before the queues its ids refer to
+    _device_limits.clear()

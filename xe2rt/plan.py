@@ -53,6 +53,6 @@ def bind(op: Callable, *args, **kwargs) -> Plan:
     returns the event. Raises the op's own errors here, before anything is queued."""
     if not callable(op):
         raise TypeError(f"xe2rt.bind: op must be an xe2rt op (callable), got {type(op).__name__}")
-    with launch.recording() as steps:
+    with launch.recording() as recorder:
         result = op(*args, **kwargs)
-    return Plan(op, steps, result, args, kwargs)
+    return Plan(op, recorder.steps, result, args, kwargs)

@@ -9,6 +9,7 @@ import dpctl.memory
 import dpnp
 import numpy as np
 
+from . import _compat
 from .errors import InputError, InputTypeError, TargetError
 
 
@@ -113,8 +114,8 @@ def out_array(op: str, out, *, shape: tuple, dtype, queue: dpctl.SyclQueue, inpu
 
 
 def usm_byte_range(u) -> tuple[int, int]:
-    """[first, end) byte addresses of usm_ndarray `u` (_pointer is its first element: a view starts inside)."""
-    start = u._pointer
+    """[first, end) byte addresses of usm_ndarray `u` (a view starts inside its allocation)."""
+    start = _compat.first_element_address(u)
     return start, start + u.size * u.itemsize
 
 

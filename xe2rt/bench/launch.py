@@ -2,7 +2,9 @@
 
 - floor: `queue.submit_async` of the op's own kernel with arguments packed beforehand (no checks, no ordering);
 - dpnp: one dpnp elementwise op on the same sizes (what every other step of a pipeline costs);
-- op / op out= / bind: the public op (allocating its output, or writing `out=`), and a Plan from xe2rt.bind.
+- op / op out= / bind: the public op (allocating its output, or writing `out=`), and a Plan from xe2rt.bind;
+- a user kernel (an fp16 axpy from Module.from_source, i.e. xe2rt.load on its cached build folder): floor, the
+  Kernel call with its checks, and bind.
 Each is timed in bursts of BURST calls that are not drained (the queue is drained between bursts, untimed), the
 methods interleaved burst by burst so that a machine shared with other work slows them alike; the median burst is
 reported per call, as wall time and as this thread's CPU time (the latter barely moves when other processes compete
@@ -56,9 +58,9 @@ def _timed_bursts(ctx: BenchContext, methods: dict, rounds: int) -> dict:
 
 def _floor_call(op, *args, **kwargs):
     """A raw submit_async of the kernel `op(*args, **kwargs)` launches, its arguments packed once."""
-    with launch.recording() as steps:
+    with launch.recording() as recorder:
         op(*args, **kwargs)
-    (step,) = [s for s in steps if isinstance(s, launch.Submission)]
+    (step,) = [s for s in recorder.steps if isinstance(s, launch.Submission)]
     queue, kernel, packed, gs, ls = step.queue, step.sycl_kernel, step.packed, step.global_size, step.local_size
     held = step.keep  # the arrays stay alive while this closure does
     return lambda: (queue.submit_async(kernel, packed, gs, ls), held)
@@ -95,6 +97,35 @@ def _per_call_cases(ctx: BenchContext, rounds: int) -> list[Result]:
                                   note=f"cpu {cpu:.1f} us; x floor: wall {wall / floor_wall:.2f}, "
                                        f"cpu {cpu / floor_cpu:.2f}"))
     return results
+
+
+USER_KERNEL = """
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+__kernel void axpy_half(__global half* y, __global const half* x, half a, int n) {
+    int i = get_global_id(0);
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+def _user_kernel_case(ctx: BenchContext, rounds: int) -> list[Result]:
+    """A kernel loaded through the public path, launched on dpnp arrays: its call against the submit_async floor."""
+    case = "user axpy_half 256 (load)"
+    ctx.say(f"  launch cost: {case}")
+    kernel = xe2rt.Module.from_source(USER_KERNEL, queue=ctx.queue).kernel("axpy_half")
+    x = dpnp.ones(256, dtype=np.float16, sycl_queue=ctx.queue)
+    y = dpnp.zeros(256, dtype=np.float16, sycl_queue=ctx.queue)
+    args, sizes = (y, x, 0.5, 256), dict(global_size=256, local_size=64)
+    methods = {
+        "floor": _floor_call(kernel, *args, **sizes),
+        "op": lambda: kernel(*args, **sizes),
+        "bind": xe2rt.bind(kernel, *args, **sizes),
+    }
+    timing = _timed_bursts(ctx, methods, rounds)
+    floor_wall, floor_cpu = timing["floor"]
+    return [Result("launch", case, name, seconds=wall * 1e-6, wall_seconds=wall * 1e-6,
+                   note=f"cpu {cpu:.1f} us; x floor: wall {wall / floor_wall:.2f}, cpu {cpu / floor_cpu:.2f}")
+            for name, (wall, cpu) in timing.items()]
 
 
 def _return_time_case(ctx: BenchContext) -> Result:
@@ -219,6 +250,7 @@ def _first_call_cases(ctx: BenchContext) -> list[Result]:
 
 def cases(ctx: BenchContext) -> list[Result]:
     results = _per_call_cases(ctx, QUICK_ROUNDS if ctx.quick else ROUNDS)
+    results += _user_kernel_case(ctx, QUICK_ROUNDS if ctx.quick else ROUNDS)
     ctx.say("  launch: large GEMV return time")
     results.append(_return_time_case(ctx))
     ctx.say("  launch: decode step")

@@ -5,7 +5,7 @@ import os
 
 import dpctl
 
-from .. import artifacts, targets
+from .. import artifacts, module, targets
 from ..config import XE2_TARGETS
 
 
@@ -16,7 +16,7 @@ def program_for(queue: dpctl.SyclQueue, family: str, target: str | None):
     """The program of `family` for the queue's device (target from the call, XE2RT_TARGET, or the device). Cached by
     everything the choice depends on: the queue, the family, the per-call target and both XE2RT_* variables."""
     key = (queue, family, target, os.environ.get("XE2RT_TARGET"), os.environ.get("XE2RT_KERNEL_DIR"),
-           artifacts.generation)
+           module.generation)
     program = _programs.get(key)
     if program is None:
         chosen = targets.resolve(queue.sycl_device, target)

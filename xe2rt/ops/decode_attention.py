@@ -158,7 +158,7 @@ def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, ta
         for name, a in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
             if a is not None and validate.overlaps(workspace, a):
                 raise InputError(f"{OP}: workspace overlaps {name}")
-    y = out if out is not None else dpnp.empty((hq, d), dtype=np.float16, sycl_queue=queue)
+    y = out if out is not None else launch.new_output((hq, d), np.float16, queue)
     if is_xe2(program.target):
         local = ceil_div(g, c["GH"]) * c["SG"]
         split_geometry, reduce_geometry = (hkv * s * local, local), (hq * c["SG"], c["SG"])

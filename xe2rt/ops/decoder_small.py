@@ -114,7 +114,7 @@ def run_rms_norm(x, weight, *, eps, residual=None, out=None, target: str | None 
     if residual is None:
         if out is not None:
             validate.out_array(op, out, shape=x.shape, dtype=np.float16, queue=queue, inputs={"x": x, "weight": weight})
-        y = out if out is not None else dpnp.empty(x.shape, dtype=np.float16, sycl_queue=queue)
+        y = out if out is not None else launch.new_output(x.shape, np.float16, queue)
         s = y  # never written: has_res = 0
     else:
         if out is not None:
@@ -128,8 +128,8 @@ def run_rms_norm(x, weight, *, eps, residual=None, out=None, target: str | None 
                 raise InputError(f"{op}: out y and out s overlap; they must be separate arrays")
             y, s = out
         else:
-            y = dpnp.empty(x.shape, dtype=np.float16, sycl_queue=queue)
-            s = dpnp.empty(x.shape, dtype=np.float16, sycl_queue=queue)
+            y = launch.new_output(x.shape, np.float16, queue)
+            s = launch.new_output(x.shape, np.float16, queue)
     result = y if residual is None else (y, s)
     if rows == 0:
         return result, None
@@ -347,7 +347,7 @@ def run_silu_mul(gate_up, *, out=None, target: str | None = None):
     validate.fits_int32(op, tokens_x_width=tokens * width)
     if out is not None:
         validate.out_array(op, out, shape=(tokens, inter), dtype=np.float16, queue=queue, inputs={"gate_up": gate_up})
-    y = out if out is not None else dpnp.empty((tokens, inter), dtype=np.float16, sycl_queue=queue)
+    y = out if out is not None else launch.new_output((tokens, inter), np.float16, queue)
     if tokens == 0:
         return y, None
     program = program_for(queue, FAMILY, target)

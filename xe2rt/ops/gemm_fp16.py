@@ -193,7 +193,7 @@ def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, tar
     chosen = targets.resolve(queue.sycl_device, target)
     _check_device_runs(FAMILIES[variant], chosen, queue)
     program = artifacts.load(queue, chosen, FAMILIES[variant])
-    c = out if out is not None else dpnp.empty((m, n), dtype=np.float16, sycl_queue=queue)
+    c = out if out is not None else launch.new_output((m, n), np.float16, queue)
     if m == 0 or n == 0:
         return c, None
     if k == 0:  # the kernels handle K = 0 (no steps: act(bias)), but a zero-size array has no pointer to pass

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dpnp
 import numpy as np
 
-from .. import targets, validate
+from .. import _compat, targets, validate
 from ..errors import InputError, LaunchLimitError, TargetError
 from ..quant import QuantizedW4
 from . import gemv_w4a16
@@ -56,7 +56,7 @@ def kernel_name(symmetric: bool) -> str:
 
 
 def _address(a) -> int:
-    return validate.usm_view(a)._pointer
+    return _compat.first_element_address(validate.usm_view(a))
 
 
 def block2d_breaks(a, qw: QuantizedW4, m: int, n: int, k: int) -> list[str]:
@@ -176,7 +176,7 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
             f"{OP}: the cpu kernel needs {cpu_static_slm_bytes(constants)} bytes of local memory; device "
             f"{queue.sycl_device.name!r} has {queue.sycl_device.local_mem_size}. Rebuild with smaller RB / KB in "
             f"spirv_src/gemm_w4a16.toml.")
-    c = out if out is not None else dpnp.empty((m, n), dtype=np.float16, sycl_queue=queue)
+    c = out if out is not None else launch.new_output((m, n), np.float16, queue)
     if m == 0 or n == 0:
         return c, None
     packed, scales = qw.packed, qw.scales

@@ -11,7 +11,6 @@ the SLM holds MB x ROWS x K_SPLIT floats. M = 1 keeps the single-row kernel.
 """
 from __future__ import annotations
 
-import dpnp
 import numpy as np
 
 from .. import launch, validate
@@ -82,7 +81,7 @@ def check_decode_inputs(op: str, x, n: int, k: int, weights: dict, out, qw=None)
 def output(out, y_shape: tuple, queue, n: int, k: int, m: int = 1):
     """(y, done): y is out or a new array; done when M = 0, N = 0 or K = 0 left nothing to launch (numpy's
     results: an empty y, or zeros for K = 0)."""
-    y = out if out is not None else dpnp.empty(y_shape, dtype=np.float16, sycl_queue=queue)
+    y = out if out is not None else launch.new_output(y_shape, np.float16, queue)
     if m and n and not k:
         launch.host_step(lambda: y.fill(0))
     return y, m == 0 or n == 0 or k == 0

@@ -146,7 +146,7 @@ def run(q, k, v, *, causal: bool = True, scale=None, out=None, target: str | Non
                                f"memory at D = {d}; device {queue.sycl_device.name!r} has "
                                f"{queue.sycl_device.local_mem_size}. Rebuild with a smaller KB.")
     scale_log2 = (d ** -0.5 if scale is None else float(scale)) * LOG2E
-    o = out if out is not None else dpnp.empty((t, hq, d), dtype=np.float16, sycl_queue=queue)
+    o = out if out is not None else launch.new_output((t, hq, d), np.float16, queue)
     geo = geometry(constants, t, hq, hkv)
     if constants["XE2_SHAPE"]:
         event = launch.launch(program.kernel(f"{OP}_d{d}"), [q, k, v, o, t, hq, hkv, int(bool(causal)), scale_log2],

@@ -1,0 +1,294 @@
+"""The public loader on kernels written for this test (none of them from spirv_src/): an fp16 scalar argument, a
+local-memory reduction, a required sub-group size and a required work-group size, all in one module, built for bmg,
+lnl and cpu, loaded with xe2rt.load and launched on dpnp arrays; every wrong launch refused before anything is
+queued; damaged binaries refused; Module.from_source cached on disk across processes.
+
+References are float64 numpy on the fp16/fp32 inputs. Tolerances: axpy in half rounds a*x (unless fused) and the
+sum, each to half (unit roundoff u = 2^-11): |err| <= u |a x| + u (|ref| + u |a x|), plus 2^-24 for subnormals;
+checked per element (near cancellation a relative tolerance on the result would be wrong). block_sum adds 64 fp32 values in a tree of depth 6: |err| <= 6 * 2^-24 * sum|x|
+(rtol 1e-6 for the non-negative inputs used). subgroup_max and the scaled copy are exact.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import dpctl
+import dpnp
+import numpy as np
+import pytest
+
+import xe2rt
+from xe2rt import _compile
+
+from conftest import to_device
+
+SOURCE = r"""
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+
+__kernel void axpy_half(__global half* y, __global const half* x, half a, int n) {
+    int i = get_global_id(0);
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+
+__kernel void block_sum(__global const float* x, __global float* partial, __local float* scratch, uint n) {
+    uint lid = get_local_id(0), gid = get_global_id(0), size = get_local_size(0);
+    scratch[lid] = gid < n ? x[gid] : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = size / 2; s > 0; s /= 2) {
+        if (lid < s) scratch[lid] += scratch[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) partial[get_group_id(0)] = scratch[0];
+}
+
+__attribute__((intel_reqd_sub_group_size(16)))
+__kernel void subgroup_max(__global const float* x, __global float* out) {
+    float v = sub_group_reduce_max(x[get_global_id(0)]);
+    if (get_sub_group_local_id() == 0) out[get_global_id(0) / 16] = v;
+}
+
+__attribute__((reqd_work_group_size(32, 1, 1)))
+__kernel void scale_copy(__global float* out, __global const float* x, float scale) {
+    out[get_global_id(0)] = scale * x[get_global_id(0)];
+}
+"""
+NAMES = ["axpy_half", "block_sum", "subgroup_max", "scale_copy"]
+
+
+@pytest.fixture(scope="module")
+def outdir(tmp_path_factory):
+    return _compile.build_folder(SOURCE, tmp_path_factory.mktemp("own") / "out", targets=("bmg", "lnl", "cpu"),
+                                 name="own")
+
+
+@pytest.fixture
+def mod(outdir, queue):
+    return xe2rt.load(outdir, queue=queue, target="cpu")
+
+
+def axpy_case(mod, queue, target=None):
+    x = np.linspace(-3, 3, 1000).astype(np.float16)
+    y = np.linspace(1, 2, 1000).astype(np.float16)
+    a = 1.7  # not a half value: the kernel must get half(1.7), not a double's or a float's bits
+    ref = np.float64(np.float16(a)) * x.astype(np.float64) + y.astype(np.float64)
+    dy = to_device(y, queue)
+    event = mod.kernel("axpy_half")(dy, to_device(x, queue), a, 1000, global_size=1024, local_size=64)
+    assert isinstance(event, dpctl.SyclEvent)
+    ax = np.abs(np.float64(np.float16(a)) * x.astype(np.float64))
+    u = 2.0**-11
+    bound = u * ax + u * (np.abs(ref) + u * ax) + 2.0**-24
+    err = np.abs(dy.asnumpy().astype(np.float64) - ref)
+    assert (err <= bound).all(), f"max err/bound {np.max(err / bound):.2f}"
+
+
+def test_manifest_lists_every_kernel_per_target(outdir):
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    assert sorted(manifest["artifacts"]) == ["bmg/own.spv", "cpu/own.spv", "lnl/own.spv"]
+    entry = manifest["artifacts"]["cpu/own.spv"]
+    assert sorted(entry["kernels"]) == sorted(NAMES)
+    assert [p["type"] for p in entry["kernels"]["axpy_half"]] == ["half", "half", "half", "int"]
+    assert entry["kernel_attrs"]["subgroup_max"]["reqd_sub_group_size"] == 16
+    assert entry["kernel_attrs"]["scale_copy"]["reqd_work_group_size"] == [32, 1, 1]
+
+
+def test_fp16_scalar_argument(mod, queue):
+    assert mod.target == "cpu"
+    axpy_case(mod, queue)
+    # numpy scalars convert by the signature too
+    dy = to_device(np.zeros(64, np.float16), queue)
+    mod.kernel("axpy_half")(dy, to_device(np.ones(64, np.float16), queue), np.float16(-2.5), np.int64(64),
+                            global_size=64, local_size=64)
+    assert (dy.asnumpy() == -2.5).all()
+
+
+def test_float_scalar_is_float_not_double(mod, queue):
+    x = np.arange(64, dtype=np.float32) + 0.3
+    out = dpnp.empty(64, dtype=np.float32, sycl_queue=queue)
+    mod.kernel("scale_copy")(out, to_device(x, queue), 0.1, global_size=64)  # local size from reqd_work_group_size
+    np.testing.assert_array_equal(out.asnumpy(), np.float32(0.1) * x)
+
+
+def test_local_memory_reduction(mod, queue, rng):
+    x = rng.random(64 * 37 - 5).astype(np.float32)  # an odd size: the last group is partial
+    groups = 37
+    partial = dpnp.empty(groups, dtype=np.float32, sycl_queue=queue)
+    mod.kernel("block_sum")(to_device(x, queue), partial, xe2rt.LocalMemory(64 * 4), x.size,
+                            global_size=64 * groups, local_size=64)
+    ref = np.add.reduceat(x.astype(np.float64), np.arange(0, x.size, 64))
+    np.testing.assert_allclose(partial.asnumpy(), ref, rtol=1e-6)
+
+
+def test_required_sub_group_size(mod, queue, rng):
+    kernel = mod.kernel("subgroup_max")
+    assert kernel.reqd_sub_group_size == 16
+    x = rng.standard_normal(256).astype(np.float32)
+    out = dpnp.empty(16, dtype=np.float32, sycl_queue=queue)
+    kernel(to_device(x, queue), out, global_size=256, local_size=64)
+    np.testing.assert_array_equal(out.asnumpy(), x.reshape(16, 16).max(axis=1))
+
+
+def test_two_kernels_ordered_without_waits(mod, queue, rng):
+    """axpy then block_sum reading axpy's output, queued back to back: dpnp's order manager orders them."""
+    x = rng.random(256).astype(np.float16)
+    y = dpnp.zeros(256, dtype=np.float16, sycl_queue=queue)
+    mod.kernel("axpy_half")(y, to_device(x, queue), 2.0, 256, global_size=256, local_size=64)
+    y32 = y.astype(np.float32)  # a dpnp op between the two kernels
+    partial = dpnp.empty(4, dtype=np.float32, sycl_queue=queue)
+    mod.kernel("block_sum")(y32, partial, xe2rt.LocalMemory(256), 256, global_size=256, local_size=64)
+    ref = (2 * x.astype(np.float64)).reshape(4, 64).sum(axis=1)
+    np.testing.assert_allclose(partial.asnumpy(), ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["bmg", "lnl"])
+def test_xe2_binary_runs_under_xe2rt_target(outdir, queue, monkeypatch, target):
+    monkeypatch.setenv("XE2RT_TARGET", target)
+    mod = xe2rt.load(outdir, queue=queue)
+    assert mod.target == target and mod.path.name == "own.spv" and mod.path.parent.name == target
+    axpy_case(mod, queue)
+
+
+def test_bind_replays_a_user_kernel(mod, queue):
+    x = to_device(np.ones(64, np.float16), queue)
+    y = to_device(np.zeros(64, np.float16), queue)
+    plan = xe2rt.bind(mod.kernel("axpy_half"), y, x, 0.5, 64, global_size=64, local_size=64)
+    assert plan.launches == 1 and float(y[0]) == 0.0  # binding launches nothing
+    for _ in range(3):
+        plan.launch()
+    assert (y.asnumpy() == 1.5).all()
+
+
+# ---- errors: each names the argument and the rule, and launches nothing ----
+
+def _wrong(mod, queue, other_queue):
+    y = to_device(np.full(64, 7, np.float16), queue)
+    x = to_device(np.ones(64, np.float16), queue)
+    x32 = to_device(np.ones(64, np.float32), queue)
+    axpy = mod.kernel("axpy_half")
+    block = mod.kernel("block_sum")
+    g, l = dict(global_size=64, local_size=64), dict(global_size=64, local_size=64)
+    return y, [
+        (lambda: axpy(y, x, 1.0, global_size=64, local_size=64), r"takes 4 arguments \(y, x, a, n\), got 3"),
+        (lambda: axpy(y, x, y, 64, **g), r"argument 'a': declared half \(a scalar\) got an array"),
+        (lambda: axpy(y, 1.0, 1.0, 64, **g), r"argument 'x': declared half\* needs a device array"),
+        (lambda: axpy(y, x32, 1.0, 64, **g), r"argument 'x': declared half\* needs float16, got float32"),
+        (lambda: axpy(y, np.ones(64, np.float16), 1.0, 64, **g), r"argument 'x'.*needs a device array"),
+        (lambda: axpy(y, x, 1.0, 64.0, **g), r"argument 'n': declared int takes an integer, got float"),
+        (lambda: axpy(y, x, 1.0, 2**31, **g), r"argument 'n': 2147483648 does not fit the kernel's int"),
+        (lambda: axpy(y, x, 1e6, 64, **g), r"argument 'a': 1000000.0 overflows the kernel's half \(max 65504"),
+        (lambda: axpy(y, to_device(np.ones(64, np.float16), other_queue), 1.0, 64, queue=queue, **g),
+         r"argument 'x': lives on another queue than the launch queue"),
+        (lambda: axpy(y, x, 1.0, 64, global_size=100, local_size=64),
+         r"global size \(100,\) is not a multiple of local size \(64,\)"),
+        (lambda: axpy(y, x, 1.0, 64, global_size=1 << 20, local_size=1 << 19), r"work-group of 524288 .*limit"),
+        (lambda: block(x32, x32, xe2rt.LocalMemory(1 << 30), 64, **l),
+         r"needs 1073741824 bytes of local memory \(SLM\); device limit"),
+        (lambda: block(x32, x32, xe2rt.LocalMemory(6), 64, **l),
+         r"argument 'scratch': LocalMemory\(6\) is not a whole number of float"),
+        (lambda: block(x32, x32, 64.0, 64, **l), r"argument 'scratch': declared __local float\* takes "
+                                                  r"xe2rt.LocalMemory"),
+        (lambda: mod.kernel("scale_copy")(x32, x32, 1.0, global_size=64, local_size=64),
+         r"declares reqd_work_group_size\(32, 1, 1\); the launch asks for local size \(64,\)"),
+        (lambda: axpy(y, x, 1.0, 64, global_size=64), r"local_size is required"),
+    ]
+
+
+def test_every_wrong_launch_is_refused_before_launch(mod, queue):
+    other_queue = dpctl.SyclQueue(queue.sycl_device)  # same device, another queue
+    y, cases = _wrong(mod, queue, other_queue)
+    for call, message in cases:
+        with pytest.raises(xe2rt.Xe2rtError, match=message):
+            call()
+    queue.wait()
+    assert (y.asnumpy() == 7).all()  # nothing ran
+    axpy_case(mod, queue)  # and everything still works
+
+
+def test_required_sub_group_size_the_device_lacks(outdir, tmp_path, queue):
+    """A binary whose manifest says it needs sub-group size 128 (no CPU or Xe2 device has it) is refused at launch."""
+    copy = tmp_path / "copy"
+    shutil.copytree(outdir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["artifacts"]["cpu/own.spv"]["kernel_attrs"]["axpy_half"]["reqd_sub_group_size"] = 128
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    mod = xe2rt.load(copy, queue=queue, target="cpu")
+    y = to_device(np.zeros(64, np.float16), queue)
+    with pytest.raises(xe2rt.LaunchLimitError, match=r"requires sub-group size 128; device .* supports \[.*16"):
+        mod.kernel("axpy_half")(y, y, 1.0, 64, global_size=64, local_size=64)
+
+
+def test_unknown_kernel_and_target_and_module(outdir, tmp_path, queue):
+    mod = xe2rt.load(outdir, queue=queue, target="cpu")
+    with pytest.raises(xe2rt.ArtifactError, match=r"has no kernel 'axpy'; it has \['axpy_half', 'block_sum', "):
+        mod.kernel("axpy")
+    only_cpu = _compile.build_folder(SOURCE, tmp_path / "cpu_only", targets=("cpu",), name="own")
+    with pytest.raises(xe2rt.ArtifactError, match=r"has no binaries for target 'bmg'; it has targets \['cpu'\]"):
+        xe2rt.load(only_cpu, queue=queue, target="bmg")
+    with pytest.raises(xe2rt.ArtifactError, match=r"has no module 'other' for target cpu; it has \['own'\]"):
+        xe2rt.load(outdir, queue=queue, target="cpu", module="other")
+    with pytest.raises(xe2rt.ArtifactError, match=r"has no manifest.json"):
+        xe2rt.load(tmp_path, queue=queue)
+    with pytest.raises(xe2rt.ConfigError, match=r"target='gpu' is not a known target"):
+        xe2rt.load(outdir, queue=queue, target="gpu")
+
+
+def test_edited_binary_is_refused_with_the_rebuild_command(outdir, tmp_path, queue):
+    copy = tmp_path / "edited"
+    shutil.copytree(outdir, copy)
+    spv = copy / "cpu" / "own.spv"
+    data = bytearray(spv.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    spv.write_bytes(bytes(data))
+    with pytest.raises(xe2rt.ArtifactError, match=r"own\.spv does not match its manifest.*corrupted or edited.*"
+                                                  r"rebuild with: "):
+        xe2rt.load(copy, queue=queue, target="cpu")
+
+
+def test_compile_error_names_file_and_line(tmp_path):
+    bad = "__kernel void f(__global float* x) {\n    x[0] = undefined_name;\n}\n"
+    with pytest.raises(xe2rt.CompileError, match=r"source\.cl:2:\d+: error: use of undeclared identifier"):
+        _compile.build_folder(bad, tmp_path / "bad", targets=("cpu",))
+    assert not (tmp_path / "bad").exists()  # nothing written
+
+
+FROM_SOURCE_PROBE = """
+import sys, time
+import xe2rt, dpctl
+q = dpctl.SyclQueue("opencl:cpu")
+source = open(sys.argv[1]).read()
+t0 = time.perf_counter()
+mod = xe2rt.Module.from_source(source, options=["-DEXTRA=1"], queue=q)
+print(time.perf_counter() - t0, mod.kernel_names)
+"""
+
+
+def test_from_source_is_cached_on_disk_across_processes(tmp_path, queue, monkeypatch):
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    mod = xe2rt.Module.from_source(SOURCE, options=["-DEXTRA=1"], queue=queue)
+    assert mod.target == "cpu" and sorted(mod.kernel_names) == sorted(NAMES)
+    axpy_case(mod, queue)
+    (tmp_path / "k.cl").write_text(SOURCE)
+    env = dict(os.environ, XE2RT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.getcwd())
+    proc = subprocess.run([sys.executable, "-c", FROM_SOURCE_PROBE, str(tmp_path / "k.cl")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seconds = float(proc.stdout.split()[0])
+    assert seconds <= 0.2, f"from_source from the disk cache took {seconds:.3f} s"
+    # other options are another entry; a damaged entry is rebuilt, not loaded
+    other = xe2rt.Module.from_source(SOURCE, options=["-DEXTRA=2"], queue=queue)
+    assert other.folder != mod.folder
+    spv = mod.folder / "cpu" / f"{_compile.MODULE_NAME}.spv"
+    spv.write_bytes(spv.read_bytes()[:-4])
+    xe2rt.module.clear()
+    rebuilt = xe2rt.Module.from_source(SOURCE, options=["-DEXTRA=1"], queue=queue)
+    axpy_case(rebuilt, queue)
+
+
+def test_from_source_is_cached_in_process(tmp_path, queue, monkeypatch):
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    first = xe2rt.Module.from_source(SOURCE, queue=queue)
+    start = time.perf_counter()
+    again = xe2rt.Module.from_source(SOURCE, queue=queue)
+    assert again is first and time.perf_counter() - start < 0.2

@@ -1,0 +1,124 @@
+"""Every use of a dependency's private internals, in one place, checked against the pinned versions at import.
+
+xe2rt's warm path costs a few microseconds per launch; four things it needs have no public API fast enough:
+
+- usm_ndarray `_pointer` / `_element_offset` (dpctl.tensor, shipped inside dpnp 0.20): the first element's address
+  and its offset in elements. Public equivalent: `__sycl_usm_array_interface__` (builds a dict, about 1 us).
+- `dpnp.ndarray._create_from_usm_ndarray`: wraps a usm_ndarray without copying. Public equivalent: `dpnp.asarray`
+  (about 100 us, it re-validates the queue and the dtype).
+- dpctl's `SequentialOrderManager[q]._state`, a C++ `_OrderManager`: lets a launch leave the manager holding its own
+  event only (see xe2rt.launch.ordered_submit). Public equivalent: `submitted_events` + `add_event_pair`, whose list
+  grows with every un-completed launch.
+- CPython's `os.environ._data` (bytes keys): reading an XE2RT_* variable per warm call at a tenth of `os.environ.get`.
+
+Each is used only when the installed version is the pinned one (pyproject.toml); otherwise the public equivalent is
+the one code path. tests/test_compat.py checks every internal against its public equivalent, so a change in a pinned
+dependency that keeps the version number is noticed too.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import dpctl
+import dpctl.memory
+import dpctl.utils
+import dpnp
+
+PINNED = {"dpctl": "0.22.1", "dpnp": "0.20.0"}
+INSTALLED = {"dpctl": dpctl.__version__.split("+")[0], "dpnp": dpnp.__version__.split("+")[0]}
+PINNED_VERSIONS = all(INSTALLED[name] == version for name, version in PINNED.items())
+CPYTHON = sys.implementation.name == "cpython"
+
+
+# ---- usm_ndarray addresses ----
+
+if PINNED_VERSIONS:
+    def first_element_address(u) -> int:
+        """Address of usm_ndarray `u`'s first element (a view starts inside its allocation)."""
+        return u._pointer
+
+    def element_offset(u) -> int:
+        """Offset of `u`'s first element from the start of its allocation, in elements."""
+        return u._element_offset
+else:
+    def first_element_address(u) -> int:
+        iface = u.__sycl_usm_array_interface__
+        return iface["data"][0] + iface["offset"] * u.itemsize
+
+    def element_offset(u) -> int:
+        return u.__sycl_usm_array_interface__["offset"]
+
+
+# ---- dpnp arrays over existing USM memory ----
+
+if PINNED_VERSIONS:
+    wrap_usm_ndarray = dpnp.ndarray._create_from_usm_ndarray
+else:
+    wrap_usm_ndarray = dpnp.asarray
+
+
+# ---- dpnp's per-queue order manager ----
+
+def _order_state_class():
+    if not PINNED_VERSIONS:
+        return None
+    from dpctl.utils._order_manager import _SequentialOrderManager
+    from dpctl.utils._seq_order_keeper import _OrderManager
+    if not isinstance(getattr(_SequentialOrderManager(), "_state", None), _OrderManager):
+        raise ImportError(f"dpctl {INSTALLED['dpctl']}: SequentialOrderManager no longer keeps an _OrderManager in "
+                          f"_state; xe2rt/_compat.py must be updated for this dpctl")
+    return _OrderManager
+
+
+_OrderState = _order_state_class()
+MANAGER_PRUNE_THRESHOLD = 16  # dpctl's own default for a new manager
+
+
+def submit_ordered(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_size: list, local_size: list,
+                   in_order: bool) -> dpctl.SyclEvent:
+    """Submit after everything dpnp's order manager holds for `queue` and register the event with it.
+
+    The launch depends on all events the manager holds, so they are all its ancestors: with the pinned dpctl the
+    manager is left holding this event alone (plus its host-task events, which only `wait` uses), and the next
+    operation, ours or dpnp's, depends on one event that implies the rest. On an in-order queue the queue itself
+    orders, so the launch takes no dependencies."""
+    manager = dpctl.utils.SequentialOrderManager[queue]
+    if _OrderState is None:
+        event = queue.submit_async(sycl_kernel, packed, global_size, local_size,
+                                   [] if in_order else manager.submitted_events)
+        manager.add_event_pair(event, event)
+        return event
+    state = manager._state
+    deps = state.get_submitted_events()  # completed events pruned
+    event = queue.submit_async(sycl_kernel, packed, global_size, local_size, [] if in_order else deps)
+    if not deps:  # the manager's list is empty: this event alone is what it will hold
+        state.add_to_submitted_events(event)
+    else:
+        fresh = _OrderState(MANAGER_PRUNE_THRESHOLD)
+        host_tasks = state.get_host_task_events()
+        if host_tasks:
+            fresh.add_vector_to_both_events(host_tasks, [event])
+        else:
+            fresh.add_to_submitted_events(event)
+        manager._state = fresh
+    return event
+
+
+# ---- environment ----
+
+_environ_bytes = getattr(os.environ, "_data", None) if CPYTHON else None
+if _environ_bytes is not None and os.environ.encodekey("X") != b"X":  # pragma: no cover - not POSIX
+    _environ_bytes = None
+
+
+if _environ_bytes is not None:
+    environ_get = _environ_bytes.get  # environ_get(environ_key(name)): the variable as it is now, or None
+
+    def environ_key(name: str):
+        return name.encode()
+else:
+    environ_get = os.environ.get
+
+    def environ_key(name: str):
+        return name

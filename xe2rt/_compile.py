@@ -1,0 +1,113 @@
+"""The run-time compile behind `Module.from_source` and small build folders, and the on-disk cache of from_source
+builds. The compile itself is the package build (xe2rt.build, `python -m xe2rt build`): the shipped kernels'
+toolchain (clang-15, llvm-spirv-15, spirv-val), and kernel signatures and attributes read from the SPIR-V
+(xe2rt.build.reflect). This module only writes the source to a file, describes it as a one-source module, and puts
+the build folder in place.
+
+Cache: one folder per key under XE2RT_CACHE_DIR (default ~/.cache/xe2rt/from_source), the key a sha256 over the
+source, the options, the device name and driver version, the target and the compiler binaries (path, size, mtime).
+A folder is written under a temporary name and renamed into place, and its binary is checked against the sha256 in
+its manifest when loaded (a mismatch rebuilds it). A cached folder is loaded without importing xe2rt.build.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import config
+from .errors import BuildError, CompileError
+
+CLANG, LLVM_SPIRV = "clang-15", "llvm-spirv-15"
+MODULE_NAME = "from_source"
+SOURCE_NAME = "source.cl"  # clang's messages name it: source.cl:LINE:COL
+CACHE_FORMAT = 2  # 2: built by xe2rt.build (signatures read from SPIR-V); 1 was a regex over the source
+
+
+def _module(source_path: Path, name: str, targets, options: tuple):
+    """A one-source xe2rt.build module: -DNAME=VALUE options become its constants (integers, recorded in the manifest
+    as `python -m xe2rt build -D` records them) or defines, -IDIR include folders, the rest clang options."""
+    from .build import cli, spec
+    defines, include_dirs, other = [], [], []
+    for option in options:
+        if not isinstance(option, str):
+            raise CompileError(f"options must be strings (clang options such as -DN=4), got {option!r}")
+        if option.startswith("-D") and len(option) > 2:
+            defines.append(option[2:])
+        elif option.startswith("-I") and len(option) > 2:
+            include_dirs.append(str(Path(option[2:]).resolve()))
+        else:
+            other.append(option)
+    constants, plain = cli._parse_defines(defines)
+    raw = {"sources": [str(source_path)], "include_dirs": include_dirs, "options": other, "constants": constants,
+           "defines": {k: (v if v else True) for k, v in plain.items()}, "targets": {t: {} for t in targets}}
+    return spec.resolve(raw, name, source_path.parent, "from_source")
+
+
+def build_folder(source: str, outdir, *, targets=config.TARGETS, options: tuple = (), name: str = "kernels") -> Path:
+    """Compile OpenCL C `source` for every target with xe2rt.build into a build folder (manifest.json,
+    <target>/<name>.spv, and the source as source.cl) that xe2rt.load reads. Writes nothing unless every target
+    builds (a compile error is a CompileError with the compiler's source.cl:LINE:COL message); the folder is
+    replaced as a whole."""
+    from .build import builder
+    if not isinstance(source, str) or not source.strip():
+        raise CompileError("source must be non-empty OpenCL C text")
+    outdir = Path(os.fspath(outdir)).resolve()
+    targets = tuple(targets)
+    for target in targets:
+        config.check_target_name(target, "targets")
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+    try:
+        with tempfile.TemporaryDirectory(prefix="xe2rt-src-") as work:
+            src = Path(work) / SOURCE_NAME
+            src.write_text(source)
+            try:
+                module = _module(src, name, targets, tuple(options))
+                manifest = builder.build([module], targets, staging, log=lambda *_: None)
+            except BuildError as exc:
+                raise CompileError(str(exc)) from None
+        (staging / SOURCE_NAME).write_text(source)
+        manifest["rebuild_command"] = ("Module.from_source(...) or xe2rt._compile.build_folder(...) "
+                                       f"(options {list(options)}); the source is {SOURCE_NAME} in this folder")
+        builder.write_json_atomic(staging / builder.MANIFEST, manifest)
+        os.chmod(staging, 0o755)
+        if outdir.exists():
+            shutil.rmtree(outdir)
+        os.replace(staging, outdir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return outdir
+
+
+def _compilers() -> dict:
+    """Which compiler binaries ran (path, size, mtime): cheap to take, and it changes when they are replaced."""
+    found = {}
+    for tool in (CLANG, LLVM_SPIRV):
+        path = shutil.which(tool)
+        if path:
+            real = os.path.realpath(path)
+            stat = os.stat(real)
+            found[tool] = f"{real} {stat.st_size} {stat.st_mtime_ns}"
+        else:
+            found[tool] = None
+    return found
+
+
+def cache_key(source: str, options: tuple, device, target: str) -> str:
+    facts = [CACHE_FORMAT, source, list(options), device.name, device.driver_version, target, _compilers()]
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def cached_build(source: str, options: tuple, device, target: str) -> Path:
+    """The build folder of `source` for one target, from the disk cache or compiled into it."""
+    if not isinstance(source, str) or not source.strip():
+        raise CompileError("from_source: source must be non-empty OpenCL C text")
+    options = tuple(options)
+    folder = config.cache_dir() / cache_key(source, options, device, target)
+    if (folder / "manifest.json").is_file():
+        return folder
+    return build_folder(source, folder, targets=(target,), options=options, name=MODULE_NAME)

@@ -1,0 +1,291 @@
+"""Loading kernels: `xe2rt.load(OUTDIR)` for a folder of per-target SPIR-V with its manifest, the shipped families
+(xe2rt.artifacts, the same loader over the package's kernel folder) and `Module.from_source` (xe2rt._compile).
+
+A folder holds `manifest.json` and `<target>/<module>.spv`; the manifest lists per binary its sha256, constants and
+each kernel's signature (and, when the build recorded them, required work-group and sub-group sizes). A binary is
+read once and refused unless its sha256 is the manifest's. Programs are built per (context, device, binary sha256,
+kernel): the first launch of a kernel builds a one-kernel view of the module (xe2rt.spirv_module), `build_all()` the
+whole module at once. Everything loaded or built lives in the caches below, which `clear()` empties.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import dpctl
+import dpctl.program
+import dpnp
+
+from . import launch, spirv_module, targets
+from .errors import ArtifactError, InputError, InputTypeError
+from .launch import LocalMemory  # noqa: F401  (public as xe2rt.LocalMemory)
+
+# dpctl's development branch renames create_program_from_spirv; the old name stays as a deprecated alias.
+_create_from_spirv = getattr(dpctl.program, "create_kernel_bundle_from_spirv", None) or \
+    dpctl.program.create_program_from_spirv
+
+
+_DPNP_ARRAY = dpnp.ndarray
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str  # OpenCL C scalar type name: half, float, int, uchar, ...
+    space: str  # "global", "local", "constant" or "scalar"
+    const: bool
+
+
+class Kernel:
+    """One kernel of a loaded module, built for the module's context and device. Call it to launch:
+    `kernel(*args, global_size=..., local_size=..., queue=None) -> dpctl.SyclEvent` (see docs/own_kernels.md)."""
+    __slots__ = ("name", "family", "target", "params", "sycl_kernel", "constants", "reqd_work_group_size",
+                 "reqd_sub_group_size", "module", "__weakref__")
+
+    def __init__(self, name, module, params, sycl_kernel, attrs: dict):
+        self.name, self.module, self.params, self.sycl_kernel = name, module, params, sycl_kernel
+        self.family, self.target, self.constants = module.name, module.target, module.constants
+        wg = attrs.get("reqd_work_group_size")
+        self.reqd_work_group_size = tuple(int(v) for v in wg) if wg else None
+        self.reqd_sub_group_size = attrs.get("reqd_sub_group_size") or sycl_kernel.compile_sub_group_size or None
+
+    def describe(self) -> str:
+        return f"{self.family}/{self.name} (target {self.target})"
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{'__' + p.space + ' ' if p.space != 'scalar' else ''}{p.type}"
+                         f"{'*' if p.space != 'scalar' else ''} {p.name}" for p in self.params)
+        return f"<xe2rt.Kernel {self.describe()}: {self.name}({args})>"
+
+    def __call__(self, *args, global_size, local_size=None, queue: dpctl.SyclQueue | None = None):
+        """Check every argument and the geometry against the signature and the device, then queue the kernel
+        without waiting, ordered with dpnp's work on the queue. The queue is `queue`, else the first array
+        argument's, else the module's; it must be on the module's device and context."""
+        if queue is None:
+            for a in args:
+                if type(a) is _DPNP_ARRAY:
+                    queue = a.get_array().sycl_queue
+                    break
+                if hasattr(a, "sycl_queue"):
+                    queue = a.sycl_queue
+                    break
+            else:
+                queue = self.module.queue
+        elif not isinstance(queue, dpctl.SyclQueue):
+            raise InputTypeError(f"{self.describe()}: queue must be a dpctl.SyclQueue, got {type(queue).__name__}")
+        module_queue = self.module.queue
+        if queue is not module_queue and queue not in self.module.queues_ok:
+            if queue.sycl_device == module_queue.sycl_device and queue.sycl_context == module_queue.sycl_context:
+                self.module.queues_ok.add(queue)
+            else:
+                raise InputError(f"{self.describe()}: built for {module_queue.sycl_device.name!r}, not for the "
+                                 f"launch queue's device and context ({queue.sycl_device.name!r}); load the "
+                                 f"module with queue=<that queue>")
+        if local_size is None:
+            if self.reqd_work_group_size is None:
+                raise InputError(f"{self.describe()}: local_size is required (the kernel declares no "
+                                 f"reqd_work_group_size)")
+            local_size = self.reqd_work_group_size[:len(launch.as_tuple(global_size))]
+        return launch.launch(self, args, global_size, local_size, queue)
+
+
+class Module:
+    """One binary of a build folder (one target), for one queue's context and device. `kernel(name)` gives a
+    Kernel; `target` says which binary was loaded; `isa` is ocloc's report when the build ran it (--aot)."""
+
+    def __init__(self, folder: Path, name: str, target: str, entry: dict, spirv: bytes, queue: dpctl.SyclQueue,
+                 rebuild: str):
+        self.folder, self.name, self.target, self.entry, self.queue = folder, name, target, entry, queue
+        self.path = folder / target / f"{name}.spv"
+        self._spirv, self._rebuild = spirv, rebuild
+        self.kernels: dict[str, Kernel] = {}
+        self.queues_ok: set = set()  # other queues found to be on the module's device and context
+
+    @property
+    def constants(self) -> dict:
+        return self.entry.get("constants", {})
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.entry["kernels"])
+
+    @property
+    def isa(self) -> dict | None:
+        return self.entry.get("aot")
+
+    def __repr__(self) -> str:
+        return f"<xe2rt.Module {self.name} (target {self.target}) kernels {self.kernel_names}>"
+
+    def kernel(self, name: str | None = None) -> Kernel:
+        """The kernel `name` (default: the one named like the module), built on first use and then reused."""
+        name = name or self.name
+        kernel = self.kernels.get(name)
+        if kernel is None:
+            if name not in self.entry["kernels"]:
+                raise ArtifactError(f"{self.path} has no kernel {name!r}; it has {sorted(self.entry['kernels'])}")
+            with _lock:
+                kernel = self.kernels.get(name)
+                if kernel is None:
+                    built = self._build(spirv_module.single_kernel(self._spirv, name), name)
+                    kernel = self.kernels[name] = self._kernel_from(built, name)
+        return kernel
+
+    def build_all(self) -> None:
+        """Build every kernel of the module in one build (cheaper than one build per kernel)."""
+        with _lock:
+            missing = [n for n in self.entry["kernels"] if n not in self.kernels]
+            if missing:
+                built = self._build(self._spirv, None)
+                for name in missing:
+                    self.kernels[name] = self._kernel_from(built, name)
+
+    def _build(self, spirv: bytes, kernel: str | None):
+        """A built SYCL program for this context and device, shared by every module with the same binary (e.g. the
+        emulation variants shipped under several targets). Called with _lock held."""
+        key = (self.queue.sycl_context, self.queue.sycl_device, self.entry["sha256"], kernel)
+        program = _built.get(key)
+        if program is None:
+            try:
+                program = _create_from_spirv(self.queue, spirv, "")
+            except Exception as exc:  # dpctl raises SyclProgramCompilationError without the log on some backends
+                which = f"kernel {kernel!r} of " if kernel else ""
+                raise ArtifactError(f"building {which}{self.path} (module {self.name}, target {self.target}) for "
+                                    f"{self.queue.sycl_device.name!r} failed: {type(exc).__name__}: {exc}") from exc
+            _built[key] = program
+        return program
+
+    def _kernel_from(self, program, name: str) -> Kernel:
+        if not program.has_sycl_kernel(name):
+            raise ArtifactError(f"{self.path}: kernel {name!r} listed in the manifest is missing from the built "
+                                f"program; {self._rebuild}")
+        params = tuple(Param(p["name"], p["type"], p["space"], bool(p.get("const", False)))
+                       for p in self.entry["kernels"][name])
+        attrs = self.entry.get("kernel_attrs", {}).get(name) or {}
+        return Kernel(name, self, params, program.get_sycl_kernel(name), attrs)
+
+    @classmethod
+    def from_source(cls, source: str, *, options=(), queue: dpctl.SyclQueue | None = None) -> "Module":
+        """Compile OpenCL C `source` for the queue's device (its xe2rt target) with clang options `options`, cached
+        on disk by source, options, device, driver and compiler (xe2rt._compile)."""
+        from . import _compile  # runs the compiler only here: an import of xe2rt never needs it
+        queue = default_queue(queue)
+        target = targets.resolve(queue.sycl_device)
+        options = (options,) if isinstance(options, str) else tuple(options)
+        folder = _compile.cached_build(source, options, queue.sycl_device, target)
+        try:
+            return load(folder, queue=queue, target=target)
+        except ArtifactError:  # a damaged cache entry (its binary no longer matches its manifest): build it again
+            shutil.rmtree(folder, ignore_errors=True)
+            folder = _compile.cached_build(source, options, queue.sycl_device, target)
+            return load(folder, queue=queue, target=target)
+
+
+_lock = threading.RLock()
+_manifests: dict = {}  # folder -> (mtime_ns, manifest)
+_modules: dict = {}  # (context, device, folder, target, module) -> Module
+_built: dict = {}  # (context, device, binary sha256, kernel or None) -> SyclProgram
+generation = 0  # bumped by clear(), so caches keyed on top of these (ops.common, fastcall) can tell
+
+
+def clear() -> None:
+    """Forget every loaded manifest, module and built program, and the launcher's per-kernel verdicts (tests use it
+    after swapping XE2RT_KERNEL_DIR). Caches keyed on top of these (ops.common, fastcall) see `generation` move."""
+    global generation
+    with _lock:
+        generation += 1
+        _manifests.clear()
+        _modules.clear()
+        _built.clear()
+        launch.clear()
+
+
+def default_queue(queue: dpctl.SyclQueue | None) -> dpctl.SyclQueue:
+    """`queue`, or the queue dpnp itself uses for the default device (so arrays made without sycl_queue= match)."""
+    if queue is None:
+        return dpctl.get_device_cached_queue(dpctl.select_default_device())
+    if not isinstance(queue, dpctl.SyclQueue):
+        raise InputTypeError(f"queue must be a dpctl.SyclQueue, got {type(queue).__name__}")
+    return queue
+
+
+def read_manifest(folder: Path) -> dict:
+    path = folder / "manifest.json"
+    try:
+        mtime = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        raise ArtifactError(f"{folder} has no manifest.json (not a build folder: python -m xe2rt build ... "
+                            f"-o {folder})") from None
+    cached = _manifests.get(folder)
+    if cached is None or cached[0] != mtime:
+        try:
+            manifest = json.loads(path.read_text())
+        except ValueError as exc:
+            raise ArtifactError(f"{path} is not valid JSON ({exc}); {rebuild_hint(folder, {})}") from None
+        if not isinstance(manifest.get("artifacts"), dict):
+            raise ArtifactError(f"{path} has no 'artifacts' table; {rebuild_hint(folder, {})}")
+        cached = _manifests[folder] = (mtime, manifest)
+    return cached[1]
+
+
+def rebuild_hint(folder: Path, manifest: dict) -> str:
+    command = manifest.get("rebuild_command") or f"python -m xe2rt build SOURCES... -o {folder}"
+    return f"rebuild with: {command}"
+
+
+def _choose(folder: Path, manifest: dict, target: str, module: str | None) -> str:
+    """The module name to load for `target`, with errors that list what the folder has."""
+    by_target: dict[str, list[str]] = {}
+    for key in manifest["artifacts"]:
+        t, _, file = key.partition("/")
+        by_target.setdefault(t, []).append(file[:-4] if file.endswith(".spv") else file)
+    if target not in by_target:
+        raise ArtifactError(f"{folder} has no binaries for target {target!r}; it has targets {sorted(by_target)} "
+                            f"(pass target= or set XE2RT_TARGET to one of them, or rebuild with --targets "
+                            f"including {target})")
+    names = sorted(by_target[target])
+    if module is None:
+        if len(names) != 1:
+            raise InputError(f"{folder} holds modules {names} for target {target}: pass module= to choose one")
+        return names[0]
+    if module not in names:
+        raise ArtifactError(f"{folder} has no module {module!r} for target {target}; it has {names}")
+    return module
+
+
+def verified_spirv(path: Path, entry: dict, hint: str) -> bytes:
+    """The binary's bytes, refused unless their sha256 is the manifest's."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ArtifactError(f"missing kernel binary {path}; {hint}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != entry.get("sha256"):
+        raise ArtifactError(f"kernel binary {path} does not match its manifest: sha256 {digest[:16]}..., manifest "
+                            f"says {str(entry.get('sha256'))[:16]}... (corrupted or edited); {hint}")
+    return data
+
+
+def load(folder, *, queue: dpctl.SyclQueue | None = None, target: str | None = None,
+         module: str | None = None) -> Module:
+    """The module in build folder `folder` for the queue's device: target from `target=`, else XE2RT_TARGET, else
+    the device (as for the shipped kernels); `module=` names one when the folder holds several per target."""
+    folder = Path(os.fspath(folder)).resolve()
+    queue = default_queue(queue)
+    chosen = targets.resolve(queue.sycl_device, target)
+    key = (queue.sycl_context, queue.sycl_device, folder, chosen, module)
+    loaded = _modules.get(key)
+    if loaded is not None:
+        return loaded
+    with _lock:
+        manifest = read_manifest(folder)
+        name = _choose(folder, manifest, chosen, module)
+        entry = manifest["artifacts"][f"{chosen}/{name}.spv"]
+        hint = rebuild_hint(folder, manifest)
+        spirv = verified_spirv(folder / chosen / f"{name}.spv", entry, hint)
+        loaded = _modules[key] = Module(folder, name, chosen, entry, spirv, queue, hint)
+    return loaded

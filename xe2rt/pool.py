@@ -1,0 +1,88 @@
+"""Output arrays for ops that allocate their result, recycled without reference-count heuristics.
+
+dpctl frees USM memory with sycl::free, which on the OpenCL runtime blocks until the queued kernels that may use the
+allocation finish: a decode loop that drops each step's output would wait for the device at every free. The pool
+keeps small allocations and hands out each one wrapped in a fresh memory handle (a Python subclass of dpctl's
+MemoryUSMDevice, so it can be weakly referenced). Every array or view the user makes of the output refers to that
+handle, and so does every launch record (xe2rt.launch keeps a kernel's arguments until its event completes, dpnp's
+keep-alive tasks do the same for its own ops). When the handle is collected, nothing can touch the allocation any
+more and its last kernel has completed: it goes back to the free list. A recycled allocation is handed out only on
+the queue it was made for, whose order manager orders the next writer after everything queued before.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import weakref
+
+import dpctl
+import dpctl.memory
+import numpy as np
+import dpnp.tensor as dpt
+
+from . import _compat
+
+
+class _PooledMemory(dpctl.memory.MemoryUSMDevice):
+    """A handle on a pooled allocation; weak-referenceable, unlike dpctl's own memory classes."""
+
+
+class OutputPool:
+    MAX_BYTES_EACH = 1 << 20  # decode-sized outputs; larger ones are allocated and freed as usual
+    MAX_TOTAL = 64 << 20
+
+    def __init__(self):
+        self._free: dict = {}  # (nbytes, queue) -> deque of allocations not referenced by any handle
+        self._watched: set = set()  # the weak references whose callbacks return allocations
+        self._total = 0
+        self._lock = threading.Lock()
+
+    def array(self, shape: tuple, dtype, queue: dpctl.SyclQueue):
+        """A dpnp array of `shape` and `dtype` on `queue`, with uninitialised contents."""
+        dtype = np.dtype(dtype)
+        nbytes = max(1, dtype.itemsize * math.prod(shape))
+        if nbytes > self.MAX_BYTES_EACH:
+            memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
+        else:
+            key = (nbytes, queue)
+            free = self._free.get(key)
+            try:
+                base = free.pop() if free else None
+            except IndexError:  # emptied by another thread in between
+                base = None
+            if base is None:
+                base = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
+                with self._lock:
+                    if self._total + nbytes > self.MAX_TOTAL:
+                        return _compat.wrap_usm_ndarray(dpt.usm_ndarray(shape, dtype=dtype, buffer=base))
+                    self._total += nbytes
+            memory = _PooledMemory(base)
+            self._watched.add(weakref.ref(memory, self._returner(key, base)))
+        return _compat.wrap_usm_ndarray(dpt.usm_ndarray(shape, dtype=dtype, buffer=memory))
+
+    def _returner(self, key, base):
+        def give_back(ref):
+            self._watched.discard(ref)
+            free = self._free.get(key)
+            if free is None:
+                free = self._free.setdefault(key, collections.deque())
+            free.append(base)
+        return give_back
+
+    def free_count(self) -> int:
+        return sum(len(d) for d in self._free.values())
+
+    def clear(self) -> None:
+        """Drop the free allocations (those still handed out return to the pool when released)."""
+        with self._lock:
+            for (nbytes, _), free in self._free.items():
+                self._total -= nbytes * len(free)
+            self._free.clear()
+
+
+pool = OutputPool()
+
+
+def new_output(shape: tuple, dtype, queue: dpctl.SyclQueue):
+    return pool.array(tuple(shape), dtype, queue)
