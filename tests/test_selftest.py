@@ -106,7 +106,9 @@ def test_native_comparison_names_the_lanes_of_a_wrong_emulation(tmp_path, queue,
     (["--json", "/proc/xe2rt-no/report.json"], "cannot write the report"),
     (["--families", "nope"], "unknown check families"),
 ])
-def test_bad_input_one_line_exit_2(args, message):
+def test_bad_input_one_line_exit_2(tmp_path, args, message):
+    if "--json" not in args:
+        args = [*args, "--json", str(tmp_path / "report.json")]
     proc = run_cli(*args, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
