@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "xe2rt", *args], capture_output=True, text=True, timeout=600)
@@ -19,15 +21,27 @@ def test_info_lists_device_target_and_aot():
 
 
 def test_bench_quick_writes_rows(tmp_path):
+    """The command's plumbing on two families (every family's quick rows: .ci/run's bench step, which checks its JSON
+    with xe2rt.bench.report.check_complete)."""
     out = tmp_path / "bench.json"
-    proc = run("bench", "--quick", "--device", "opencl:cpu", "--json", str(out), "--plot", str(tmp_path / "r.png"))
+    proc = run("bench", "--quick", "--device", "opencl:cpu", "--families", "gemv_fp16", "decode_attention",
+               "--json", str(out), "--plot", str(tmp_path / "r.png"))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert report["read_gbps"] > 0 and report["device"]
-    families = {r["family"] for r in report["rows"]}
-    from xe2rt.bench import FAMILIES
-    assert families == set(FAMILIES)
+    assert {r["family"] for r in report["rows"]} == {"gemv_fp16", "decode_attention"}
     for row in report["rows"]:
         assert row["seconds"] > 0 and row["wall_seconds"] > 0
     assert (tmp_path / "r.png").stat().st_size > 0
     assert "device read bandwidth (stream_read)" in proc.stdout
+
+
+def test_report_completeness_check(tmp_path):
+    from xe2rt.bench import FAMILIES, report
+    path = tmp_path / "r.json"
+    rows = [{"family": f, "seconds": 1e-3, "wall_seconds": 2e-3} for f in FAMILIES]
+    path.write_text(json.dumps({"rows": rows}))
+    report.check_complete(path)
+    path.write_text(json.dumps({"rows": rows[1:]}))
+    with pytest.raises(SystemExit, match=list(FAMILIES)[0]):
+        report.check_complete(path)

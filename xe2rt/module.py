@@ -192,15 +192,18 @@ _built: dict = {}  # (context, device, binary sha256, kernel or None) -> SyclPro
 generation = 0  # bumped by clear(), so caches keyed on top of these (ops.common, fastcall) can tell
 
 
-def clear() -> None:
-    """Forget every loaded manifest, module and built program, and the launcher's per-kernel verdicts (tests use it
-    after swapping XE2RT_KERNEL_DIR). Caches keyed on top of these (ops.common, fastcall) see `generation` move."""
+def clear(programs: bool = False) -> None:
+    """Forget every loaded manifest and module and the launcher's per-kernel verdicts (tests use it after swapping
+    XE2RT_KERNEL_DIR). Caches keyed on top of these (ops.common, fastcall) see `generation` move. Built programs are
+    keyed by their binary's sha256, so they stay valid and are kept (a rebuilt or edited binary has another sha256
+    and is built afresh); `programs=True` drops them too, so that every kernel is compiled again on first use."""
     global generation
     with _lock:
         generation += 1
         _manifests.clear()
         _modules.clear()
-        _built.clear()
+        if programs:
+            _built.clear()
         launch.clear()
 
 

@@ -93,3 +93,14 @@ def plot(rows: list[dict], read_gbps: float, fma_gflops: float | None, path: Pat
     roofline(fig.add_subplot(), rows, read_gbps, fma_gflops, title=f"xe2rt roofline on {device} (kernel time)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def check_complete(path, families=None) -> None:
+    """Raise if the JSON report at `path` lacks a measured row (seconds > 0) for any of `families` (default: every
+    family of `python -m xe2rt bench`). .ci/run calls it on its quick run."""
+    from . import FAMILIES
+    report = json.loads(Path(path).read_text())
+    measured = {r["family"] for r in report.get("rows", []) if r.get("seconds", 0) > 0 and r.get("wall_seconds", 0) > 0}
+    missing = sorted(set(families or FAMILIES) - measured)
+    if missing:
+        raise SystemExit(f"{path}: no measured rows for families {missing}")
