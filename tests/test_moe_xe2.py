@@ -18,9 +18,10 @@ def test_lnl_binary_is_bmg_binary():
 
 
 # (E, H, I, T, k, pool, group, symmetric): H = 640 / I = 384 leave a K tail after the 512-k block reads; T = 16 with a
-# pool of 3 experts gives ~11 pairs per expert (3 PB chunks); k = 1; zero points with g32.
+# pool of 3 experts gives ~11 pairs per expert (3 PB chunks); k = 1; zero points with g32 and g128 (k = 4, ~11 pairs
+# per expert of 12).
 CASES = [(8, 640, 384, 3, 2, 6, 128, True), (8, 256, 640, 16, 2, 3, 32, False), (5, 512, 256, 7, 1, 5, 64, True),
-         (16, 1024, 512, 64, 4, 12, 128, False)]
+         (16, 512, 256, 32, 4, 12, 128, False)]
 
 
 @pytest.mark.parametrize("e,h,i,t,k,pool,group_size,symmetric", CASES)
