@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         max_tokens = args.max_tokens
         if max_tokens is None:
             max_tokens = min(4096, (len(ids) if ids is not None else 1024) + max(args.max_new_tokens, 0))
-        queue = dpctl.SyclQueue(args.device) if args.device else None
+        queue = dpctl.SyclQueue(args.device, property="in_order") if args.device else None
         model = llm.load(args.path, queue=queue, weights=args.weights, group_size=args.group_size,
                          max_tokens=max_tokens)
         if ids is None:
