@@ -25,3 +25,35 @@ def rng():
 
 def to_device(a, queue):
     return dpnp.asarray(a, sycl_queue=queue)
+
+
+# ---- parallel runs (pytest-xdist, `--dist loadgroup`) ----
+# Most of the suite's time is the OpenCL CPU compiler building the Xe2-shaped kernels (about 9 s per bmg W4 kernel),
+# and every worker process builds the kernels its tests launch. Tests that launch the same family's bmg / lnl binaries
+# (lnl's are mostly bmg's bytes, one built program) therefore run in one worker, so each of those kernels is built once.
+_FAMILY_OF_FILE = {"test_gemv_fp16.py": "gemv_fp16", "test_gemv_w8a16.py": "gemv_w8a16",
+                   "test_gemv_w4a16.py": "gemv_w4a16", "test_moe_xe2.py": "moe_ffn_w4a16"}
+_FAMILY_OF_PREFIX = {"test_fp16_": "gemv_fp16", "test_w8_": "gemv_w8a16", "test_w4_": "gemv_w4a16"}  # gemv_batched
+
+
+def xe2_group(item) -> str | None:
+    """The xdist group of a test that launches a gemv / moe family's Xe2 binary, or None."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    name = item.path.name
+    target = params.get("target", "bmg" if name == "test_moe_xe2.py" else None)
+    if target not in ("bmg", "lnl"):
+        return None
+    if name == "test_checks.py":
+        family = str(params.get("check", "")).split("[")[0]
+    elif name == "test_gemv_batched.py":
+        family = next((f for p, f in _FAMILY_OF_PREFIX.items() if item.originalname.startswith(p)), None)
+    else:
+        family = _FAMILY_OF_FILE.get(name)
+    return f"xe2-{family}" if family in ("gemv_fp16", "gemv_w8a16", "gemv_w4a16", "moe_ffn_w4a16") else None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = xe2_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))

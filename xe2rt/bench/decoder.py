@@ -70,7 +70,15 @@ def _row(ctx, name, case, seconds, wall, host, nbytes, alt_name, alt, copies, po
     return Result("decoder_small", case, ctx.target, seconds, wall, bytes=nbytes, alternative=alt_name,
                   alt_seconds=alt, read_gbps=ctx.last_read_gbps,
                   note=f"{name}: kernel {seconds * 1e6:.1f} us, host {host * 1e6:.1f} us/call, wall {wall * 1e6:.1f} us; "
-                       f"{copies} copies ({where}); launch floor {floor * 1e6:.1f} us")
+                       f"{copies} copies ({where}); launch floor {floor * 1e6:.1f} us"
+                       + (f", so at most {_ceiling(nbytes, floor, ctx.last_read_gbps):.0f}% of the probe"
+                          if ctx.last_read_gbps else ""))
+
+
+def _ceiling(nbytes: int, floor: float, read_gbps: float) -> float:
+    """The % of the probe a launch moving nbytes can reach when its kernel time cannot go below the launch floor
+    (measured in the same run): nbytes / floor / probe."""
+    return 100.0 * nbytes / max(floor, 1e-9) / (read_gbps * 1e9)
 
 
 def _rms_rows(ctx, rng, model, h, t):

@@ -58,28 +58,36 @@ class _ExpertView:
         return q, self.zeros[rows], self.scales[rows]
 
 
-def _w4_dots(view: _ExpertView, e: int, xs: np.ndarray, magic: float | None):
-    """For activations xs [P, K] (float64): (a [P, rows], e_a [P, rows]) of expert e's rows; e_a only when magic is
-    not None (then xs are magnitudes |x| + dx for the inner/outer terms, and the sign-sensitive sum uses xs too)."""
+def _w4_dots(view: _ExpertView, e: int, xs: np.ndarray, magic: float | None = None, xabs: np.ndarray | None = None,
+             dx: np.ndarray | None = None):
+    """One pass over expert e's rows (each row block dequantized once) for activations xs [P, K] (float64):
+    (a [P, rows], e_a [P, rows] or None, prop [P, rows] or None). With magic, e_a is the W4 dot bound for the
+    magnitudes xabs (|x| + dx); with dx, prop = dx @ |W|^T (the propagation of the activations' own error)."""
     g = view.group
     p, k = xs.shape
     out = np.empty((p, view.rows))
     err = np.empty((p, view.rows)) if magic is not None else None
-    xg = xs.reshape(p, k // g, g)
-    xg_sum = xg.sum(axis=2)  # [P, K/G]
+    prop = np.empty((p, view.rows)) if dx is not None else None
+    if magic is not None:
+        xg_sum = np.abs(xabs.reshape(p, k // g, g).sum(axis=2))  # [P, K/G]
     for r0 in range(0, view.rows, ROW_BLOCK):
         r1 = min(r0 + ROW_BLOCK, view.rows)
         q, z, s = view.block(e, r0, r1)
-        w = (q.reshape(r1 - r0, k // g, g) - z[:, :, None]) * s[:, :, None]
-        if magic is None:
-            out[:, r0:r1] = xs @ w.reshape(r1 - r0, k).T
+        w = ((q.reshape(r1 - r0, k // g, g) - z[:, :, None]) * s[:, :, None]).reshape(r1 - r0, k)
+        out[:, r0:r1] = xs @ w.T
+        if magic is None and dx is None:
             continue
-        sa = np.abs(s)
-        inner = ((q + magic).reshape(r1 - r0, k // g, g) * sa[:, :, None]).reshape(r1 - r0, k) @ xs.T
-        inner += ((magic + z) * sa) @ np.abs(xg_sum).T
-        outer = np.abs(w).reshape(r1 - r0, k) @ xs.T
-        err[:, r0:r1] = (EPS32 * (C_IN * inner + (k / 128 + 8) * outer)).T
-    return out, err
+        wabs = np.abs(w, out=w)
+        if dx is not None:
+            prop[:, r0:r1] = dx @ wabs.T
+        if magic is not None:
+            sa = np.abs(s)
+            q += magic
+            inner = (q.reshape(r1 - r0, k // g, g) * sa[:, :, None]).reshape(r1 - r0, k) @ xabs.T
+            inner += ((magic + z) * sa) @ xg_sum.T
+            outer = wabs @ xabs.T
+            err[:, r0:r1] = (EPS32 * (C_IN * inner + (k / 128 + 8) * outer)).T
+    return out, err, prop
 
 
 def _pairs(ids: np.ndarray, n_exp: int):
@@ -102,24 +110,17 @@ def reference(x, experts, ids, weights, *, magic: float | None = None):
     e_y = np.zeros((t * k, hidden))
     for e, pairs in _pairs(ids, n_exp).items():
         xs = x[pairs // k]
-        a, _ = _w4_dots(gu, e, xs, None)
+        a, ea, _ = _w4_dots(gu, e, xs, magic, np.abs(xs))
         g, u = a[:, :inter], a[:, inter:]
         sg = silu(g)
         h = sg * u
-        ypair[pairs], _ = _w4_dots(dn, e, h, None)
         if magic is None:
+            ypair[pairs] = _w4_dots(dn, e, h)[0]
             continue
-        _, ea = _w4_dots(gu, e, np.abs(xs), magic)
         eg, eu = ea[:, :inter], ea[:, inter:]
         e_h = np.abs(sg) * eu + np.abs(u) * (1.1 * eg + 8 * EPS32 * (np.abs(sg) + np.abs(g))) + EPS32 * np.abs(h)
         habs = np.abs(h) + e_h
-        propagated = np.zeros((len(pairs), hidden))
-        for r0 in range(0, hidden, ROW_BLOCK):
-            r1 = min(r0 + ROW_BLOCK, hidden)
-            q, z, s = dn.block(e, r0, r1)
-            dmat = np.abs((q.reshape(r1 - r0, -1, dn.group) - z[:, :, None]) * s[:, :, None]).reshape(r1 - r0, -1)
-            propagated[:, r0:r1] = e_h @ dmat.T
-        _, acc = _w4_dots(dn, e, habs, magic)
+        ypair[pairs], acc, propagated = _w4_dots(dn, e, h, magic, habs, e_h)
         e_y[pairs] = propagated + acc
     valid = ((ids >= 0) & (ids < n_exp)).reshape(-1)
     wf = np.where(valid, w.reshape(-1), 0.0)[:, None]
