@@ -22,10 +22,13 @@
  *   per-lane partial dots, one transposing butterfly per head (15 shuffles for 16 tokens instead of 16 reductions)
  *   that leaves token t's score in lane t; then per V row one block read and an fma per head with the token's
  *   probability broadcast from its lane.
- * cpu: one work-item per (kv head, split) streams its rows (TOOLCHAIN.md 6): per block the 16 K and V rows are
- *   converted once to fp32 (vload_half16) into private buffers, then per head 16 token dots as float16 fmas reduced
- *   by a 4-level pair-sum tree into one float16 of 16 scores, vector exp2, and P V as float16 fmas with the
- *   head's accumulators in registers.
+ * cpu: one work-item per (kv head, split) streams its rows (TOOLCHAIN.md 6), its G heads taken 4 (then 2, then 1)
+ *   at a time so that every fp16 row is converted to fp32 (vload_half16) once per group of heads, into registers, and
+ *   used by all of them there: no fp32 copy of the block goes through memory. Per block: Q K^T per head group, each
+ *   K row's dot with each head as float16 fmas (q read as memory operands), reduced 4 tokens at a time and then
+ *   across the 16 by in-lane and 128-bit-lane shuffles into one float16 of 16 scores; per head the online softmax
+ *   with an inline exp2 (a library call would reload every live vector), the probabilities to a small array; then
+ *   P V per head group, each V row converted 4 vectors at a time and fma'd into 4 accumulators per head.
  */
 #include "xe2rt.h"
 

@@ -165,14 +165,24 @@ __kernel void PASTE(decode_attention_reduce_d, D)(REDUCE_PARAMS)
 #else
 /* ---- cpu: one work-item per (kv head, split), rows as float16 vectors, NV = D / 16 per row ---- */
 #define NV (D / 16)
+#define NOUNROLL _Pragma("unroll 1")
 
 #ifndef DECODE_ATTENTION_CPU_HELPERS
 #define DECODE_ATTENTION_CPU_HELPERS
-/* [a0+a1, a2+a3, ..., a14+a15, b0+b1, ..., b14+b15]: four levels of it turn 16 per-token float16 accumulators into
- * one float16 holding the 16 tokens' sums in token order. */
-INLINE float16 pair_sum(float16 a, float16 b)
+/* The reduction of 16 per-token float16 dot accumulators to one float16 of 16 scores in token order, by shuffles that
+ * x86 does in one instruction each: hadd4(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3] in every 128-bit lane (two vshufps
+ * and an add); hadd4(hadd4(a, b), hadd4(c, d)) has, in each 128-bit lane j, the four tokens' sums over that lane;
+ * fold(x, y) = [x.L0+x.L1, x.L2+x.L3, y.L0+y.L1, y.L2+y.L3] over 128-bit lanes L (two vshuff32x4 and an add), and
+ * fold(fold(v0, v1), fold(v2, v3)) puts tokens 4i..4i+3 of v_i, summed over all lanes, in lanes 4i..4i+3.
+ * 45 vector instructions for 16 tokens. */
+INLINE float16 hadd4(float16 a, float16 b)
 {
-    return (float16)(a.even, b.even) + (float16)(a.odd, b.odd);
+    return (float16)(a.s02, b.s02, a.s46, b.s46, a.s8a, b.s8a, a.sce, b.sce) +
+           (float16)(a.s13, b.s13, a.s57, b.s57, a.s9b, b.s9b, a.sdf, b.sdf);
+}
+INLINE float16 fold(float16 x, float16 y)
+{
+    return (float16)(x.s0123, x.s89ab, y.s0123, y.s89ab) + (float16)(x.s4567, x.scdef, y.s4567, y.scdef);
 }
 INLINE float hsum16(float16 v)
 {
@@ -180,13 +190,93 @@ INLINE float hsum16(float16 v)
     const float4 b = a.lo + a.hi;
     return (b.s0 + b.s1) + (b.s2 + b.s3);
 }
+/* Compare-and-select maxima (one vmaxps each; fmax's NaN handling would only cost instructions: a NaN score makes
+ * the output NaN either way). */
 INLINE float hmax16(float16 v)
 {
-    const float8 a = fmax(v.lo, v.hi);
-    const float4 b = fmax(a.lo, a.hi);
-    return fmax(fmax(b.s0, b.s1), fmax(b.s2, b.s3));
+    const float8 a = v.lo > v.hi ? v.lo : v.hi;
+    const float4 b = a.lo > a.hi ? a.lo : a.hi;
+    const float2 c = b.lo > b.hi ? b.lo : b.hi;
+    return c.s0 > c.s1 ? c.s0 : c.s1;
+}
+/* 2^x for x <= 0 inline (the library exp2 is a call, after which every live vector is reloaded from the stack):
+ * x = n + f with n = floor(x), f in [0, 1), 2^f by a degree-6 polynomial (a least-squares fit of the relative
+ * error; evaluated in fp32 at most 9e-8 off, about one rounding), times 2^n built in the exponent field.
+ * x < -126 (including -inf, masked tokens) gives exactly 0. */
+INLINE float16 exp2_nonpos(float16 x)
+{
+    const float16 xc = x > (float16)(-126.0f) ? x : (float16)(-126.0f);
+    const float16 n = floor(xc);
+    const float16 f = xc - n;
+    float16 p = (float16)2.161380825e-4f;
+    p = fma(p, f, (float16)1.246737638e-3f);
+    p = fma(p, f, (float16)9.675532627e-3f);
+    p = fma(p, f, (float16)5.548522016e-2f);
+    p = fma(p, f, (float16)2.402293251e-1f);
+    p = fma(p, f, (float16)6.931470423e-1f);
+    p = fma(p, f, (float16)1.0f);
+    const float16 r = p * as_float16((convert_int16(n) + 127) << 23);
+    return x < (float16)(-126.0f) ? (float16)0.0f : r;
 }
 #endif
+
+/* Q K^T for `ch` heads (qv and s4 at their first head) over the block at kblk: each K row is converted once and
+ * used by all ch heads from registers (q from memory). Four tokens at a time: s4[h * 4 + u] = hadd4(hadd4(t0, t1),
+ * hadd4(t2, t3)) of tokens 4u..4u+3 (see hadd4; the two fold levels follow in the caller). Rows past the end repeat
+ * the last valid one (in bounds): their scores are masked. */
+INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global const half* kblk, int nb, const int ch,
+                                       int zero)
+{
+    NOUNROLL for (int u = 0; u < 4; ++u) {
+        float16 first[4], pair[4];
+        UNROLL for (int i = 0; i < 4; ++i) {
+            /* q through a pointer the compiler cannot prove the same for two tokens (zero is 0): otherwise it keeps
+             * the ch x NV q vectors in registers, spilled and reloaded; this way every q read is a memory operand
+             * of its fma */
+            const float16* qu = qv + ((4 * u + i) & zero);
+            __global const half* kr = kblk + (size_t)min(4 * u + i, nb - 1) * D;
+            float16 k[NV];
+            UNROLL for (int c = 0; c < NV; ++c)
+                k[c] = vload_half16(c, kr);
+            UNROLL for (int h = 0; h < ch; ++h) {
+                float16 x = qu[h * NV] * k[0];
+                UNROLL for (int c = 1; c < NV; ++c)
+                    x = fma(qu[h * NV + c], k[c], x);
+                if ((i & 1) == 0)
+                    first[h] = x;
+                else if (i == 1)
+                    pair[h] = hadd4(first[h], x);
+                else
+                    s4[h * 4 + u] = hadd4(pair[h], hadd4(first[h], x));
+            }
+        }
+    }
+}
+
+/* P V for `ch` heads (o and pa at their first head): each V row is converted once per 4-vector part and used by
+ * all ch heads from registers (4 ch accumulators), the probability of (head, token) a broadcast load. */
+INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, __global const half* vblk, int nb, const int ch)
+{
+    UNROLL for (int part = 0; part < NV / 4; ++part) {
+        float16 acc[4][4];
+        UNROLL for (int h = 0; h < ch; ++h)
+            UNROLL for (int c = 0; c < 4; ++c)
+                acc[h][c] = o[h * NV + part * 4 + c];
+        for (int t = 0; t < nb; ++t) {
+            float16 v[4];
+            UNROLL for (int c = 0; c < 4; ++c)
+                v[c] = vload_half16(part * 4 + c, vblk + (size_t)t * D);
+            UNROLL for (int h = 0; h < ch; ++h) {
+                const float16 pt = (float16)pa[h * BT + t];
+                UNROLL for (int c = 0; c < 4; ++c)
+                    acc[h][c] = fma(pt, v[c], acc[h][c]);
+            }
+        }
+        UNROLL for (int h = 0; h < ch; ++h)
+            UNROLL for (int c = 0; c < 4; ++c)
+                o[h * NV + part * 4 + c] = acc[h][c];
+    }
+}
 
 __kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
 {
@@ -209,60 +299,49 @@ __kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
         l[g] = 0.0f;
     }
     const int16 token = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    float16 kf[BT * NV], vf[BT * NV];
-    float pa[BT];
+    float16 s4[MAXG * 4];
+    float pa[MAXG * BT];
+    const int zero = G >> 5; /* 0 (G <= 16), opaque to the compiler */
     for (int b = t0; b < t1; b += BT) {
         const int nb = min(BT, t1 - b);
-        /* the block's rows converted once; rows past the end repeat the last one (in bounds): their scores are
-         * masked and their V rows never used */
-        for (int t = 0; t < BT; ++t) {
-            const size_t row = (size_t)(b + min(t, nb - 1)) * D;
-            UNROLL for (int c = 0; c < NV; ++c) {
-                kf[t * NV + c] = vload_half16(c, kb + row);
-                vf[t * NV + c] = vload_half16(c, vb + row);
-            }
+        __global const half* kblk = kb + (size_t)b * D;
+        /* Q K^T, heads 4 (then 2, then 1) at a time */
+        int g = 0;
+        for (; g + 4 <= G; g += 4)
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, kblk, nb, 4, zero);
+        if (g + 2 <= G) {
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, kblk, nb, 2, zero);
+            g += 2;
         }
-        for (int g = 0; g < G; ++g) {
-            float16 qr[NV];
-            UNROLL for (int c = 0; c < NV; ++c)
-                qr[c] = qv[g * NV + c];
-            float16 acc[BT];
-            for (int t = 0; t < BT; ++t) {
-                float16 a = qr[0] * kf[t * NV];
-                UNROLL for (int c = 1; c < NV; ++c)
-                    a = fma(qr[c], kf[t * NV + c], a);
-                acc[t] = a;
-            }
-            UNROLL for (int w = BT / 2; w >= 1; w >>= 1)
-                UNROLL for (int i = 0; i < w; ++i)
-                    acc[i] = pair_sum(acc[2 * i], acc[2 * i + 1]);
-            const float16 s = select(acc[0], (float16)(-INFINITY), token >= (int16)nb);
+        if (g < G)
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, kblk, nb, 1, zero);
+        /* online softmax per head */
+        for (g = 0; g < G; ++g) {
+            const float16* sg = s4 + g * 4;
+            const float16 s = select(fold(fold(sg[0], sg[1]), fold(sg[2], sg[3])), (float16)(-INFINITY),
+                                     token >= (int16)nb);
             const float mn = fmax(m[g], hmax16(s));
-            const float16 p = exp2(s - (float16)mn);
-            float16 oa[NV];
-            UNROLL for (int c = 0; c < NV; ++c)
-                oa[c] = o[g * NV + c];
+            const float16 p = exp2_nonpos(s - (float16)mn);
             if (mn > m[g]) { /* the running max rose: rescale (2^0 = 1 exactly otherwise, so the rest skip it) */
-                const float alpha = exp2(m[g] - mn); /* 0 on the first block (m = -inf) */
+                const float alpha = exp2_nonpos((float16)(m[g] - mn)).s0; /* 0 on the first block (m = -inf) */
                 l[g] *= alpha;
                 UNROLL for (int c = 0; c < NV; ++c)
-                    oa[c] *= alpha;
+                    o[g * NV + c] *= alpha;
                 m[g] = mn;
             }
             l[g] += p;
-            vstore16(p, 0, pa);
-            if (nb == BT) {
-                for (int t = 0; t < BT; ++t)
-                    UNROLL for (int c = 0; c < NV; ++c)
-                        oa[c] = fma((float16)pa[t], vf[t * NV + c], oa[c]);
-            } else {
-                for (int t = 0; t < nb; ++t)
-                    UNROLL for (int c = 0; c < NV; ++c)
-                        oa[c] = fma((float16)pa[t], vf[t * NV + c], oa[c]);
-            }
-            UNROLL for (int c = 0; c < NV; ++c)
-                o[g * NV + c] = oa[c];
+            vstore16(p, g, pa);
         }
+        /* P V, heads 4 (then 2, then 1) at a time; rows past the end are never read */
+        __global const half* vblk = vb + (size_t)b * D;
+        for (g = 0; g + 4 <= G; g += 4)
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vblk, nb, 4);
+        if (g + 2 <= G) {
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vblk, nb, 2);
+            g += 2;
+        }
+        if (g < G)
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vblk, nb, 1);
     }
     for (int g = 0; g < G; ++g) {
         const int hq = kvh * G + g;
@@ -307,4 +386,5 @@ __kernel void PASTE(decode_attention_reduce_d, D)(REDUCE_PARAMS)
 }
 
 #undef NV
+#undef NOUNROLL
 #endif
