@@ -12,8 +12,6 @@ wall clock beside it (the public op, warm).
 """
 from __future__ import annotations
 
-import statistics
-import time
 
 import dpnp
 import numpy as np
@@ -21,7 +19,7 @@ import numpy as np
 import xe2rt
 
 from ..ops import decode_attention as op
-from .harness import BenchContext, Result
+from .harness import BenchContext, EventSpan, Result
 
 SHAPES = {"Llama-3.2-1B": (32, 8, 64), "Llama-3.1-8B": (32, 8, 128), "Qwen3-4B": (32, 8, 128),
           "Qwen3-30B-A3B": (32, 4, 128)}
@@ -29,24 +27,6 @@ CONTEXTS = (128, 2048, 32768)
 QUICK_SHAPES = {"small": (8, 2, 64)}
 QUICK_CONTEXTS = (17, 300)
 ALT_ITERS = 5
-
-
-class _Span:
-    """The profiling span of a list of events, shaped like one event for BenchContext.time_events."""
-
-    def __init__(self, events):
-        self.events = events
-
-    def wait(self):
-        self.events[-1].wait()
-
-    @property
-    def profiling_info_start(self):
-        return self.events[0].profiling_info_start
-
-    @property
-    def profiling_info_end(self):
-        return self.events[-1].profiling_info_end
 
 
 def attention_bytes(hq: int, hkv: int, d: int, length: int) -> int:
@@ -63,17 +43,6 @@ def dpnp_composition(q, k_cache, v_cache, length: int, scale: float):
     p = dpnp.exp(s - dpnp.max(s, axis=2, keepdims=True))
     p /= dpnp.sum(p, axis=2, keepdims=True)
     return dpnp.matmul(p, v).reshape(-1, d).astype(np.float16)
-
-
-def _wall(ctx: BenchContext, call, iters: int) -> float:
-    times = []
-    for j in range(iters + 1):
-        start = time.perf_counter()
-        call(j)
-        ctx.queue.wait()
-        if j:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def cases(ctx: BenchContext) -> list[Result]:
@@ -106,13 +75,13 @@ def cases(ctx: BenchContext) -> list[Result]:
                 events = []
                 op.run(q, ks[i % copies], vs[i % copies], length, workspace, out=y, events=events)
                 plan.append(len(events))
-                return _Span(events)
+                return EventSpan(events)
 
             seconds = ctx.time_events(submit)
             read_gbps = ctx.last_read_gbps
             wall = ctx.time_wall(lambda i: xe2rt.decode_attention(q, ks[i % copies], vs[i % copies], length, out=y))
-            alt = _wall(ctx, lambda i: dpnp_composition(q, ks[i % copies], vs[i % copies], length, d ** -0.5),
-                        min(ALT_ITERS, ctx.iters))
+            alt = ctx.time_wall(lambda i: dpnp_composition(q, ks[i % copies], vs[i % copies], length, d ** -0.5),
+                        warmup=1, iters=min(ALT_ITERS, ctx.iters))
             c = op.program_for(ctx.queue, op.FAMILY, None).constants
             s, chunk = op.split_plan(c, ctx.target, op._fill(ctx.device, ctx.target, c), hkv, hq // hkv, length)
             nbytes = attention_bytes(hq, hkv, d, length)

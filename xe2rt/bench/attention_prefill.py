@@ -13,8 +13,7 @@ import dpnp
 import numpy as np
 
 from ..ops import prefill_attention as op
-from .harness import BenchContext, Result
-from .moe import _Span
+from .harness import BenchContext, EventSpan, Result
 
 SHAPES = {"Llama-3.2-1B": (32, 8, 64), "Llama-3.1-8B/Qwen3-4B": (32, 8, 128), "Qwen3-30B-A3B": (32, 4, 128)}
 TOKENS = (128, 2048)
@@ -39,19 +38,6 @@ def dpnp_composition(q32, k32, v32, ratio: int, mask, scale: float):
     return dpnp.transpose(dpnp.matmul(p, dpnp.transpose(v_rep, (1, 0, 2))), (1, 0, 2)).astype(np.float16)
 
 
-def _wall(ctx: BenchContext, call, iters: int) -> float:
-    import statistics
-    import time
-    times = []
-    for j in range(iters + 1):
-        start = time.perf_counter()
-        call(j)
-        ctx.queue.wait()
-        if j:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def cases(ctx: BenchContext) -> list[Result]:
     if not math.isfinite(ctx.fma_gflops):
         ctx.measure_fma_peak()
@@ -72,13 +58,13 @@ def cases(ctx: BenchContext) -> list[Result]:
                 # The alternative first, so both figures share the machine's state as closely as one run allows.
                 q32, k32, v32 = q.astype(np.float32), k.astype(np.float32), v.astype(np.float32)
                 mask = dpnp.asarray(np.triu(np.full((t, t), -np.inf, np.float32), 1), sycl_queue=ctx.queue)
-                alt = _wall(ctx, lambda j: dpnp_composition(q32, k32, v32, hq // hkv, mask, scale),
-                            min(ALT_ITERS, ctx.iters))
+                alt = ctx.time_wall(lambda j: dpnp_composition(q32, k32, v32, hq // hkv, mask, scale),
+                            warmup=1, iters=min(ALT_ITERS, ctx.iters))
                 del q32, k32, v32, mask
                 def submit(j):
                     events = []
                     op.run(q, k, v, out=out, events=events)
-                    return _Span(events)  # cpu: the fp32 K/V copy and the attention launch
+                    return EventSpan(events)  # cpu: the fp32 K/V copy and the attention launch
 
                 warm = 1 if t > 512 else 2
                 seconds = ctx.time_events(submit, warmup=warm)

@@ -86,6 +86,25 @@ def last_level_cache_bytes(device: dpctl.SyclDevice) -> int:
     return max(device.global_mem_cache_size, 1)
 
 
+class EventSpan:
+    """The profiling span of a list of events (an op's launches), shaped like one event for
+    BenchContext.time_events."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def wait(self):
+        self.events[-1].wait()
+
+    @property
+    def profiling_info_start(self):
+        return self.events[0].profiling_info_start
+
+    @property
+    def profiling_info_end(self):
+        return self.events[-1].profiling_info_end
+
+
 class BenchContext:
     def __init__(self, device: str | None = None, quick: bool = False, iters: int = 20, log=sys.stderr):
         selected = targets.select_device(device)

@@ -25,7 +25,7 @@ import numpy as np
 from ..ops import moe as op
 from ..quant import QuantizedW4
 from ..quant_experts import QuantizedW4Experts
-from .harness import BenchContext, Result
+from .harness import BenchContext, EventSpan, Result
 
 GROUP = 128
 SHAPES = {"qwen3_30b_a3b": (128, 8, 2048, 768), "mixtral_8x7b": (8, 2, 4096, 14336)}
@@ -33,24 +33,6 @@ QUICK_SHAPES = {"small": (16, 4, 256, 256)}
 TOKENS = (1, 4, 16)
 SHARED_TOKENS = 16  # plus one row where these tokens all choose the same k experts
 ALT_ITERS = 5
-
-
-class _Span:
-    """The profiling span of a list of events, shaped like one event for BenchContext.time_events."""
-
-    def __init__(self, events):
-        self.events = events
-
-    def wait(self):
-        self.events[-1].wait()
-
-    @property
-    def profiling_info_start(self):
-        return self.events[0].profiling_info_start
-
-    @property
-    def profiling_info_end(self):
-        return self.events[-1].profiling_info_end
 
 
 def random_experts(ctx: BenchContext, rng, e, h, i) -> QuantizedW4Experts:
@@ -113,10 +95,6 @@ def _dequant_rows(qw: QuantizedW4, r0: int, n: int):
     return ((q.astype(np.float32) - zeros) * qw.scales[r0:r0 + n].astype(np.float32)[:, :, None]).reshape(n, k)
 
 
-def _wall(ctx: BenchContext, call, iters: int) -> float:
-    return ctx.time_wall(call, warmup=1, iters=iters)
-
-
 def cases(ctx: BenchContext) -> list[Result]:
     results = []
     if not math.isfinite(ctx.fma_gflops):
@@ -142,13 +120,13 @@ def cases(ctx: BenchContext) -> list[Result]:
             def submit(j):
                 events = []
                 op.run(x, experts, ids[j % n], weights[j % n], out=y, events=events)
-                return _Span(events)
+                return EventSpan(events)
 
             seconds = ctx.time_events(submit)
             read_gbps = ctx.last_read_gbps
             wall = ctx.time_wall(lambda j: op.moe_ffn_w4a16(x, experts, ids[j % n], weights[j % n], out=y))
-            alt = _wall(ctx, lambda j: dpnp_composition(x32, experts, ids[j % n], weights[j % n]),
-                        min(ALT_ITERS, ctx.iters))
+            alt = ctx.time_wall(lambda j: dpnp_composition(x32, experts, ids[j % n], weights[j % n]),
+                        warmup=1, iters=min(ALT_ITERS, ctx.iters))
             nbytes = moe_bytes(experts, distinct, t, k)
             flops = 2 * t * k * 3 * h * i
             how = "all tokens on the same experts" if shared else "random routings"
