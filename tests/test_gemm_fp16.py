@@ -16,6 +16,7 @@ import dpnp
 
 import xe2rt
 from xe2rt import artifacts, targets
+from xe2rt.ops import common
 from xe2rt.ops import gemm_fp16 as G
 from xe2rt.reference import gemm as R
 from conftest import TARGETS, to_device
@@ -150,9 +151,9 @@ def test_xe2_geometry_uses_k_slices_and_slm_only_when_the_grid_is_small():
     constants = {"SG_N": 64, "SGS_M": 8, "SGS_N": 4, "MAX_KSLICES": 16}
     small = G.xe2_geometry(constants, 2048, 1, 4096, 4096)
     assert small["tile_m"] == 8 and small["slices"] > 1 and small["slm_floats"] > 0
-    assert small["slm_floats"] * 4 <= G.MAX_SLM_BYTES
+    assert small["slm_floats"] * 4 <= common.MAX_SLM_BYTES
     local = small["local"]
-    assert local[0] // 16 * local[1] * local[2] <= G.MAX_SUBGROUPS_PER_GROUP
+    assert local[0] // 16 * local[1] * local[2] <= common.MAX_SUBGROUPS_PER_GROUP
     big = G.xe2_geometry(constants, 2048, 4096, 4096, 4096)
     assert big["tile_m"] == 32 and big["slices"] == 1 and big["slm_floats"] == 0 and big["kernel"] == "m32_2d"
     assert big["local"] == (64, 8, 1)  # 4 x 8 sub-groups: a 256 x 256 block of C (seed 002)

@@ -33,3 +33,36 @@ def is_xe2(target: str) -> bool:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+# ---- Xe2 GEMM work-group fitting (gemm_fp16's and gemm_w4a16's DPAS kernels) ----
+MIN_STEPS_PER_SLICE = 4  # a K slice shorter than 4 K steps costs more in SLM traffic than it gains
+MAX_SUBGROUPS_PER_GROUP = 32  # 512 work-items
+MAX_SLM_BYTES = 64 * 1024  # Xe2 work-group SLM limit
+
+
+def xe2_tile_grid(constants: dict, hw_threads: int, tiles_m: int, tiles_n: int, tile_floats: int, steps: int) -> dict:
+    """Work-groups of SGS_M x SGS_N sub-groups over a tiles_m x tiles_n grid of sub-group tiles (tile_floats fp32
+    each), and K split into up to MAX_KSLICES slices of at least MIN_STEPS_PER_SLICE steps while the tiles alone
+    would not fill hw_threads; slices 1.. keep their partial tiles in SLM for slice 0. Shrunk (SGS_M, then SGS_N,
+    then the slices) until the group fits MAX_SUBGROUPS_PER_GROUP and MAX_SLM_BYTES. Returns slices, local,
+    global (dims: n, m, slice) and slm_floats."""
+    sgs_m, sgs_n = min(constants["SGS_M"], tiles_m), min(constants["SGS_N"], tiles_n)
+    slices = 1
+    while (tiles_m * tiles_n * slices * 2 <= hw_threads and slices * 2 <= constants["MAX_KSLICES"]
+           and steps >= slices * 2 * MIN_STEPS_PER_SLICE):
+        slices *= 2
+
+    def slm_floats():
+        return (slices - 1) * sgs_m * sgs_n * tile_floats
+
+    while sgs_m * sgs_n * slices > MAX_SUBGROUPS_PER_GROUP or slm_floats() * 4 > MAX_SLM_BYTES:
+        if sgs_m > 1:
+            sgs_m = ceil_div(sgs_m, 2)
+        elif sgs_n > 1:
+            sgs_n = ceil_div(sgs_n, 2)
+        else:
+            slices //= 2
+    local = (sgs_n * 16, sgs_m, slices)
+    global_ = (ceil_div(tiles_n, sgs_n) * local[0], ceil_div(tiles_m, sgs_m) * sgs_m, slices)
+    return {"slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}

@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import artifacts, launch, targets, validate
 from ..errors import InputError, LaunchLimitError, TargetError
-from .common import ceil_div, is_xe2
+from .common import ceil_div, is_xe2, xe2_tile_grid
 
 OP = "gemm_fp16"
 FAMILIES = {"native": "gemm_fp16", "xe2emu": "gemm_fp16_xe2emu"}
@@ -45,9 +45,6 @@ FALLBACK_TILE_ROWS = (8, 16)
 DPAS_K = 16
 K_STEP_2D = 32
 BLOCK2D_MAX = 2**24  # rows and row bytes of a 2D block region
-MIN_STEPS_PER_SLICE = 4  # a K slice shorter than 4 DPAS steps costs more in SLM traffic than it gains
-MAX_SUBGROUPS_PER_GROUP = 32  # 512 work-items
-MAX_SLM_BYTES = 64 * 1024  # Xe2 work-group SLM limit
 # Work-items per group along N for nk on the CPU device (measured on 2 cores: 32).
 CPU_LOCAL_N = {"nk": 32}
 KN_PACKET = 16  # work-items per group for kn: one AVX-512 packet (the kernels require sub-group size 16)
@@ -88,31 +85,12 @@ def block2d_breaks(a, b, b_layout: str, m: int, n: int, k: int) -> list[str]:
 
 
 def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int, use_2d: bool = True) -> dict:
-    sg_n = constants["SG_N"]
     rows = TILE_ROWS if use_2d else FALLBACK_TILE_ROWS
     tile_m = next(t for t in rows if m <= t) if m <= rows[-1] else rows[-1]
-    tiles_m, tiles_n = ceil_div(m, tile_m), ceil_div(n, sg_n)
-    sgs_m, sgs_n = min(constants["SGS_M"], tiles_m), min(constants["SGS_N"], tiles_n)
-    steps = ceil_div(k, K_STEP_2D if use_2d else DPAS_K)
-    slices = 1
-    while (tiles_m * tiles_n * slices * 2 <= hw_threads and slices * 2 <= constants["MAX_KSLICES"]
-           and steps >= slices * 2 * MIN_STEPS_PER_SLICE):
-        slices *= 2
-
-    def slm_floats():
-        return (slices - 1) * sgs_m * tile_m * sgs_n * sg_n
-
-    while sgs_m * sgs_n * slices > MAX_SUBGROUPS_PER_GROUP or slm_floats() * 4 > MAX_SLM_BYTES:
-        if sgs_m > 1:
-            sgs_m = ceil_div(sgs_m, 2)
-        elif sgs_n > 1:
-            sgs_n = ceil_div(sgs_n, 2)
-        else:
-            slices //= 2
-    local = (sgs_n * 16, sgs_m, slices)
-    global_ = (ceil_div(tiles_n, sgs_n) * local[0], ceil_div(tiles_m, sgs_m) * sgs_m, slices)
-    return {"tile_m": tile_m, "slices": slices, "local": local, "global": global_, "slm_floats": slm_floats(),
-            "kernel": f"m{tile_m}_2d" if use_2d else f"m{tile_m}"}
+    sg_n = constants["SG_N"]
+    grid = xe2_tile_grid(constants, hw_threads, ceil_div(m, tile_m), ceil_div(n, sg_n), tile_m * sg_n,
+                         ceil_div(k, K_STEP_2D if use_2d else DPAS_K))
+    return {"tile_m": tile_m, **grid, "kernel": f"m{tile_m}_2d" if use_2d else f"m{tile_m}"}
 
 
 def kn_static_slm_bytes(constants: dict) -> int:

@@ -30,7 +30,7 @@ from .. import _compat, targets, validate
 from ..errors import InputError, LaunchLimitError, TargetError
 from ..quant import QuantizedW4
 from . import gemv_w4a16
-from .common import ceil_div, is_xe2, program_for
+from .common import ceil_div, is_xe2, program_for, xe2_tile_grid
 from .gemm_fp16 import ACTIVATIONS, MAX_DIM, block2d_rule_breaks
 from .gemv_common import MAX_M as GEMV_MAX_M
 from .gemv_common import check_quantized
@@ -39,9 +39,6 @@ from .. import launch
 OP = "gemm_w4a16"
 FAMILIES = {"native": "gemm_w4a16", "xe2emu": "gemm_w4a16_xe2emu"}
 TILE_M, TILE_N, K_STEP = 32, 64, 64
-MIN_STEPS_PER_SLICE = 4  # a K slice shorter than 4 steps costs more in SLM traffic than it gains
-MAX_SUBGROUPS_PER_GROUP = 32
-MAX_SLM_BYTES = 64 * 1024
 CPU_PACKET = 16
 
 
@@ -66,27 +63,8 @@ def block2d_breaks(a, qw: QuantizedW4, m: int, n: int, k: int) -> list[str]:
 
 
 def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> dict:
-    tiles_m, tiles_n = ceil_div(m, TILE_M), ceil_div(n, TILE_N)
-    sgs_m, sgs_n = min(constants["SGS_M"], tiles_m), min(constants["SGS_N"], tiles_n)
-    steps = ceil_div(k, K_STEP)
-    slices = 1
-    while (tiles_m * tiles_n * slices * 2 <= hw_threads and slices * 2 <= constants["MAX_KSLICES"]
-           and steps >= slices * 2 * MIN_STEPS_PER_SLICE):
-        slices *= 2
-
-    def slm_floats():
-        return (slices - 1) * sgs_m * sgs_n * TILE_M * TILE_N
-
-    while sgs_m * sgs_n * slices > MAX_SUBGROUPS_PER_GROUP or slm_floats() * 4 > MAX_SLM_BYTES:
-        if sgs_m > 1:
-            sgs_m = ceil_div(sgs_m, 2)
-        elif sgs_n > 1:
-            sgs_n = ceil_div(sgs_n, 2)
-        else:
-            slices //= 2
-    local = (sgs_n * 16, sgs_m, slices)
-    global_ = (ceil_div(tiles_n, sgs_n) * local[0], ceil_div(tiles_m, sgs_m) * sgs_m, slices)
-    return {"slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}
+    return xe2_tile_grid(constants, hw_threads, ceil_div(m, TILE_M), ceil_div(n, TILE_N), TILE_M * TILE_N,
+                         ceil_div(k, K_STEP))
 
 
 def cpu_static_slm_bytes(constants: dict) -> int:
