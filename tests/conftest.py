@@ -49,7 +49,11 @@ def xe2_group(item) -> str | None:
         family = next((f for p, f in _FAMILY_OF_PREFIX.items() if item.originalname.startswith(p)), None)
     else:
         family = _FAMILY_OF_FILE.get(name)
-    return f"xe2-{family}" if family in ("gemv_fp16", "gemv_w8a16", "gemv_w4a16", "moe_ffn_w4a16") else None
+    if family not in ("gemv_fp16", "gemv_w8a16", "gemv_w4a16", "moe_ffn_w4a16"):
+        return None
+    # W4 plain dequant is another binary (gemv_w4a16_alt on bmg / lnl): its own group, so two workers share the W4 builds
+    plain = params.get("dequant") == "plain" or (name == "test_checks.py" and " plain]" in str(params.get("check")))
+    return f"xe2-{family}{'_alt' if family == 'gemv_w4a16' and plain else ''}"
 
 
 def pytest_collection_modifyitems(config, items):
