@@ -12,7 +12,6 @@ wall clock beside it (the public op, warm).
 """
 from __future__ import annotations
 
-
 import dpnp
 import numpy as np
 
@@ -81,7 +80,7 @@ def cases(ctx: BenchContext) -> list[Result]:
             read_gbps = ctx.last_read_gbps
             wall = ctx.time_wall(lambda i: xe2rt.decode_attention(q, ks[i % copies], vs[i % copies], length, out=y))
             alt = ctx.time_wall(lambda i: dpnp_composition(q, ks[i % copies], vs[i % copies], length, d ** -0.5),
-                        warmup=1, iters=min(ALT_ITERS, ctx.iters))
+                                warmup=1, iters=min(ALT_ITERS, ctx.iters))
             c = op.program_for(ctx.queue, op.FAMILY, None).constants
             s, chunk = op.split_plan(c, ctx.target, op._fill(ctx.device, ctx.target, c), hkv, hq // hkv, length)
             nbytes = attention_bytes(hq, hkv, d, length)

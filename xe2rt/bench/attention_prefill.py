@@ -59,7 +59,7 @@ def cases(ctx: BenchContext) -> list[Result]:
                 q32, k32, v32 = q.astype(np.float32), k.astype(np.float32), v.astype(np.float32)
                 mask = dpnp.asarray(np.triu(np.full((t, t), -np.inf, np.float32), 1), sycl_queue=ctx.queue)
                 alt = ctx.time_wall(lambda j: dpnp_composition(q32, k32, v32, hq // hkv, mask, scale),
-                            warmup=1, iters=min(ALT_ITERS, ctx.iters))
+                                    warmup=1, iters=min(ALT_ITERS, ctx.iters))
                 del q32, k32, v32, mask
                 def submit(j):
                     events = []

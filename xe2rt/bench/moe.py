@@ -126,7 +126,7 @@ def cases(ctx: BenchContext) -> list[Result]:
             read_gbps = ctx.last_read_gbps
             wall = ctx.time_wall(lambda j: op.moe_ffn_w4a16(x, experts, ids[j % n], weights[j % n], out=y))
             alt = ctx.time_wall(lambda j: dpnp_composition(x32, experts, ids[j % n], weights[j % n]),
-                        warmup=1, iters=min(ALT_ITERS, ctx.iters))
+                                warmup=1, iters=min(ALT_ITERS, ctx.iters))
             nbytes = moe_bytes(experts, distinct, t, k)
             flops = 2 * t * k * 3 * h * i
             how = "all tokens on the same experts" if shared else "random routings"

@@ -17,12 +17,9 @@ def gemv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def fp32_accumulation_bound(x: np.ndarray, w: np.ndarray, out_dtype=np.float16) -> np.ndarray:
     """Per-row bound on |y - ref| for fp32 accumulation of exact fp16 products followed by one rounding to out_dtype:
     K * eps32 * sum|w*x| (any summation order) plus half an output ulp of |ref|. x as for gemv (per x row)."""
-    x64 = np.asarray(x, dtype=np.float64)
-    rows = x64.ndim == 2 and x64.shape[0] > 1
-    w64 = np.asarray(w, dtype=np.float64)
-    mag = (np.abs(x64) @ np.abs(w64).T) if rows else np.abs(w64) @ np.abs(x64.reshape(-1))
-    ref = np.abs((x64 @ w64.T) if rows else w64 @ x64.reshape(-1))
-    k = x64.shape[-1]
+    mag = gemv(np.abs(np.asarray(x, dtype=np.float64)), np.abs(np.asarray(w, dtype=np.float64)))
+    ref = np.abs(gemv(x, w))
+    k = np.shape(x)[-1]
     eps32 = np.finfo(np.float32).eps
     out_eps = np.finfo(out_dtype).eps
     return k * eps32 * mag + 0.5 * out_eps * ref + np.finfo(out_dtype).smallest_subnormal
