@@ -207,6 +207,18 @@ def test_compile_error_names_file_and_line_and_writes_nothing(tmp_path, cli):
     assert {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()} == before
 
 
+def test_half_without_the_fp16_pragma_gets_the_fix(tmp_path, cli):
+    (tmp_path / "h.cl").write_text("__kernel void k(__global half* y, half a) {\n    y[0] = a;\n}\n")
+    code, err = cli("h.cl", "-o", "out", "--targets", "cpu", cwd=tmp_path)
+    assert code == 1 and "h.cl:1:" in err and "'__private half' is not allowed" in err
+    assert "hint: OpenCL C 2.0 allows half scalars" in err and "cl_khr_fp16 : enable" in err
+    assert not (tmp_path / "out").exists()
+    # other compile errors get no such hint
+    (tmp_path / "f.cl").write_text("__kernel void k(__global float* y) { y[0] = nothing; }\n")
+    code, err = cli("f.cl", "-o", "out", "--targets", "cpu", cwd=tmp_path)
+    assert code == 1 and "undeclared identifier 'nothing'" in err and "hint:" not in err
+
+
 def test_spec_with_a_missing_file(tmp_path, cli):
     (tmp_path / "fam.toml").write_text('source = "nowhere.cl"\n[targets.cpu]\nN = 1\n')
     code, err = cli("fam.toml", "-o", "out", cwd=tmp_path)

@@ -59,6 +59,19 @@ def test_aot_rules_fail_on_private_sends():
     assert aot.rule_violations("bmg/x.spv", {"k": dict(kernel, private_sends=0)}, expect_dpas=True) == []
 
 
+def test_aot_simd_rule_for_shipped_and_user_kernels():
+    kernel = {"simd_size": 32, "spill_size": 0, "grf_count": 128, "private_size": 0, "private_sends": 0,
+              "has_dpas": False, "dpas_instructions": 0, "reqd_sub_group_size": None}
+    # the shipped kernels' rule: SIMD16
+    assert aot.rule_violations("bmg/x.spv", {"k": kernel}, False) == ["bmg/x.spv:k: SIMD32, expected SIMD16"]
+    # a user's kernel: IGC's choice is no fault unless the kernel declares its sub-group size
+    assert aot.rule_violations("bmg/x.spv", {"k": kernel}, False, simd=None) == []
+    declared = dict(kernel, reqd_sub_group_size=16)
+    assert aot.rule_violations("bmg/x.spv", {"k": declared}, False, simd=None) == [
+        "bmg/x.spv:k: SIMD32, expected SIMD16"]
+    assert aot.rule_violations("bmg/x.spv", {"k": dict(declared, simd_size=16)}, False, simd=None) == []
+
+
 def xe2_reports():
     manifest = artifacts.manifest()
     for key, entry in sorted(manifest["artifacts"].items()):

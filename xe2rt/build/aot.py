@@ -85,13 +85,16 @@ def report(tool: Ocloc, version: str, spv: Path, target: str, options: str, work
             "spirv_sha256": sha256_file(spv), "kernels": kernels}
 
 
-def rule_violations(key: str, kernels: dict, expect_dpas: bool) -> list[str]:
+def rule_violations(key: str, kernels: dict, expect_dpas: bool, simd: int | None = REQUIRED_SIMD) -> list[str]:
+    """Breaches of the shipped kernels' rules. `simd` None: a kernel is held only to the sub-group size it declares
+    (intel_reqd_sub_group_size), the rule for a user's kernels, where IGC's own SIMD choice is no fault."""
     problems = []
     if not kernels:
         problems.append(f"{key}: ocloc reported no kernels")
     for name, k in kernels.items():
-        if k["simd_size"] != REQUIRED_SIMD:
-            problems.append(f"{key}:{name}: SIMD{k['simd_size']}, expected SIMD{REQUIRED_SIMD}")
+        want = simd if simd is not None else k.get("reqd_sub_group_size")
+        if want is not None and k["simd_size"] != want:
+            problems.append(f"{key}:{name}: SIMD{k['simd_size']}, expected SIMD{want}")
         if k["spill_size"]:
             problems.append(f"{key}:{name}: spills {k['spill_size']} bytes (GRF {k['grf_count']}); reduce VL/tile")
         if k.get("private_sends"):

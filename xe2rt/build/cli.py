@@ -158,7 +158,7 @@ def _add_aot(manifest: dict, out: Path, args, log) -> None:
             for name, k in entry["aot"]["kernels"].items():
                 log(aot.summary_line(key, name, k))
             for problem in aot.rule_violations(key, entry["aot"]["kernels"],
-                                               bool(entry["aot_spec"].get("expect_dpas", False))):
+                                               bool(entry["aot_spec"].get("expect_dpas", False)), simd=None):
                 # The shipped kernels' rules (SIMD16, no spills, ...) are advice for a user's kernel, not a failure.
                 log(f"  note: {problem}")
 

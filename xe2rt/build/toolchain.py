@@ -2,6 +2,7 @@
 llvm-spirv-15, spirv-val. The options are those of the shipped kernels; changing them changes every binary."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,6 +23,10 @@ SPIRV_OPTIONS = ["--spirv-ext=+SPV_INTEL_subgroups"]
 # shipped binary is built without them and the reflection build must agree with it on everything else.
 ARG_INFO_CLANG_OPTIONS = ["-cl-kernel-arg-info"]
 ARG_INFO_SPIRV_OPTIONS = ["--preserve-ocl-kernel-arg-type-metadata-through-string"]
+FP16_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable"
+# clang-15's messages for half used without that pragma
+_HALF_DISABLED = re.compile(r"of type '[^']*\bhalf' is not allowed|requires cl_khr_fp16|"
+                            r"half precision constant requires|type 'half' requires")
 INSTALL_HINT = "apt-get install -y clang-15 llvm-15 llvm-spirv-15 spirv-tools"
 
 
@@ -62,8 +67,14 @@ def compile_spirv(sources: list[Path], clang_args: list[str], out: Path, work: P
     bitcode = []
     for n, source in enumerate(sources):
         bc = work / f"{n}_{source.stem}.bc"
-        run([CLANG, *CLANG_OPTIONS, *extra_clang, *clang_args, "-c", source.name, "-o", str(bc)],
-            f"{CLANG} compiling {source.name} for {what}", cwd=source.parent)
+        try:
+            run([CLANG, *CLANG_OPTIONS, *extra_clang, *clang_args, "-c", source.name, "-o", str(bc)],
+                f"{CLANG} compiling {source.name} for {what}", cwd=source.parent)
+        except BuildError as exc:
+            if _HALF_DISABLED.search(str(exc)):
+                raise BuildError(f"{exc}\nhint: OpenCL C 2.0 allows half scalars and half arithmetic only after "
+                                 f"'{FP16_PRAGMA}' (put it at the top of {source.name})") from None
+            raise
         bitcode.append(bc)
     if len(bitcode) > 1:
         require_tools((LLVM_LINK,))
