@@ -56,6 +56,7 @@ def xe2_group(item) -> str | None:
     return f"xe2-{family}{'_alt' if family == 'gemv_w4a16' and plain else ''}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marker into the scheduling group
 def pytest_collection_modifyitems(config, items):
     for item in items:
         group = xe2_group(item)
