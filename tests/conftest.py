@@ -56,9 +56,29 @@ def xe2_group(item) -> str | None:
     return f"xe2-{family}{'_alt' if family == 'gemv_w4a16' and plain else ''}"
 
 
+# Files whose tests launch a few kernels of one family over and over (a build log showed 5-20 s per file of kernels
+# built in both workers): each file runs in one worker, with the selftest checks of the same kernels.
+_FILE_GROUPS = ("test_gemm_fp16.py", "test_gemm_fp16_ult.py", "test_gemm_w4a16.py", "test_decode_attention.py",
+                "test_prefill_attention.py", "test_routing.py", "test_moe.py")
+_FILE_OF_CHECK = {"gemm_fp16": "test_gemm_fp16.py", "softmax_topk": "test_routing.py", "moe_ffn_w4a16": "test_moe.py"}
+
+
+def build_group(item) -> str | None:
+    """The xdist group of a test: xe2_group, else its file's group for the files above (and test_checks.py's cases
+    of the same families), else None (scheduled freely)."""
+    group = xe2_group(item)
+    if group:
+        return group
+    name = item.path.name
+    if name == "test_checks.py":
+        name = _FILE_OF_CHECK.get(str(getattr(getattr(item, "callspec", None), "params", {}).get("check", ""))
+                                  .split("[")[0])
+    return f"file-{name}" if name in _FILE_GROUPS else None
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marker into the scheduling group
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        group = xe2_group(item)
+        group = build_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))

@@ -2,7 +2,7 @@
 group (tests/conftest.py: xe2_group), or every worker builds those kernels again and the suite takes minutes more."""
 import pytest
 
-from conftest import xe2_group
+from conftest import build_group, xe2_group
 
 
 @pytest.mark.xdist_group("suite-self-check")
@@ -15,18 +15,20 @@ def test_xdist_groups_reach_the_scheduler(request):
         f"group tests (pyproject.toml pins pytest < 9 for this)")
 
 
-def test_xe2_kernel_tests_are_grouped(request):
-    """The conftest hook marks the tests that launch a gemv / moe family's bmg / lnl binaries, and runs before
-    xdist's own hook, which turns the mark into the node id suffix."""
+def test_kernel_sharing_tests_are_grouped(request):
+    """The conftest hook marks the tests that share kernel builds (build_group: those of a gemv / moe family's bmg /
+    lnl binaries, and whole files of one family), and runs before xdist's own hook, which turns the mark into the node
+    id suffix."""
     items = request.session.items
     groups = {}
+    assert all(xe2_group(item) == build_group(item) for item in items if xe2_group(item))
     for item in items:
-        group = xe2_group(item)
+        group = build_group(item)
         if group:
             groups.setdefault(group, []).append(item)
             assert any(m.args == (group,) for m in item.iter_markers("xdist_group")), item.nodeid
     if not groups:
-        pytest.skip("no test of a gemv / moe Xe2 binary was collected in this run")
+        pytest.skip("no test of a grouped family was collected in this run")
     if getattr(request.config.option, "loadgroup", False):
         for group, members in groups.items():
             assert all(m.nodeid.endswith(f"@{group}") for m in members), group
