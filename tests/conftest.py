@@ -36,15 +36,24 @@ _FAMILY_OF_FILE = {"test_gemv_fp16.py": "gemv_fp16", "test_gemv_w8a16.py": "gemv
 _FAMILY_OF_PREFIX = {"test_fp16_": "gemv_fp16", "test_w8_": "gemv_w8a16", "test_w4_": "gemv_w4a16"}  # gemv_batched
 
 
+def _params(item) -> dict:
+    return getattr(getattr(item, "callspec", None), "params", {})
+
+
+def _check_family(params: dict) -> str:
+    """The family of a test_checks.py case (its check's name is "family[case]")."""
+    return str(params.get("check", "")).split("[")[0]
+
+
 def xe2_group(item) -> str | None:
     """The xdist group of a test that launches a gemv / moe family's Xe2 binary, or None."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
+    params = _params(item)
     name = item.path.name
     target = params.get("target", "bmg" if name == "test_moe_xe2.py" else None)
     if target not in ("bmg", "lnl"):
         return None
     if name == "test_checks.py":
-        family = str(params.get("check", "")).split("[")[0]
+        family = _check_family(params)
     elif name == "test_gemv_batched.py":
         family = next((f for p, f in _FAMILY_OF_PREFIX.items() if item.originalname.startswith(p)), None)
     else:
@@ -71,8 +80,7 @@ def build_group(item) -> str | None:
         return group
     name = item.path.name
     if name == "test_checks.py":
-        name = _FILE_OF_CHECK.get(str(getattr(getattr(item, "callspec", None), "params", {}).get("check", ""))
-                                  .split("[")[0])
+        name = _FILE_OF_CHECK.get(_check_family(_params(item)))
     return f"file-{name}" if name in _FILE_GROUPS else None
 
 
