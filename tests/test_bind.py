@@ -143,6 +143,38 @@ def test_warm_call_follows_target_variable(queue, rng, monkeypatch):
         xe2rt.gemv_fp16(x, w)
 
 
+def test_shape_changed_in_place_is_a_new_key(queue, rng):
+    """A warm call keeps each array's facts while the array lives (launch.facts_of); an array whose shape is set in
+    place is seen as the new shape: the op runs and raises its own error instead of replaying the old launch."""
+    fastcall.clear()
+    x = to_device(rng.standard_normal(256).astype(np.float16), queue)
+    w = to_device(rng.standard_normal((16, 256)).astype(np.float16), queue)
+    xe2rt.gemv_fp16(x, w)
+    xe2rt.gemv_fp16(x, w)  # replayed
+    w.shape = (32, 128)
+    with pytest.raises(xe2rt.InputError, match="128"):
+        xe2rt.gemv_fp16(x, w)
+    w.shape = (16, 256)
+    np.testing.assert_array_equal(xe2rt.gemv_fp16(x, w).asnumpy(), xe2rt.ops.gemv_fp16.gemv_fp16(x, w).asnumpy())
+
+
+def test_array_facts_leave_with_their_arrays(queue, rng):
+    """The per-array facts of warm calls are dropped when their array is collected: a loop over fresh arrays does not
+    grow the table."""
+    w = to_device(rng.standard_normal((8, 64)).astype(np.float16), queue)
+    xe2rt.gemv_fp16(to_device(np.ones(64, np.float16), queue), w)
+    gc.collect()
+    launch.wait_all()
+    before = len(launch.array_facts)
+    for _ in range(50):
+        y = xe2rt.gemv_fp16(to_device(rng.standard_normal(64).astype(np.float16), queue), w)
+        xe2rt.gemv_fp16(to_device(np.ones(64, np.float16), queue), w, out=y)
+    del y
+    launch.wait_all()
+    gc.collect()
+    assert len(launch.array_facts) <= before + 1
+
+
 def test_calls_the_cache_cannot_express_still_run(queue, rng):
     """K = 0 zero-fills through dpnp (a host step): never replayed, always right."""
     fastcall.clear()

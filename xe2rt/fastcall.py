@@ -8,6 +8,10 @@ facts. The first call with a key runs the op as usual (so every error is the op'
 argument which of them it is, or which output the op made with launch.new_output. A later call with the same key replays those launches with its own arrays substituted and fresh outputs
 allocated (xe2rt.pool): nothing that the facts determine is recomputed, and nothing that they do not determine is reused.
 
+An array's facts are read once while it lives (`launch.facts_of`: a table keyed by the usm_ndarray's id and checked through a
+weak reference; the shape is read on every call, since it can be set in place): a decode loop's weights and the
+outputs xe2rt hands back cost a dictionary look-up per call instead of six attribute reads.
+
 Two checks depend on more than the key and run on every replayed call: `out=` must not overlap an input (byte ranges
 of this call's arrays; on overlap the op itself is called and raises), and arrays must be device arrays at all (the
 key cannot be formed otherwise, and the op is called). Calls the cache cannot express (an op that allocates
@@ -30,12 +34,14 @@ from . import _compat, launch, module
 from .launch import _recording
 
 _SCALAR_TYPES = frozenset((int, float, str, bool, type(None)))
-ALIGNMENT = 64  # base-address residue kept in the key: the strictest alignment any kernel choice depends on
+ALIGNMENT = launch.ALIGNMENT
 MAX_ENTRIES = 1024
 _UNCACHEABLE = object()
 _environ_get = _compat.environ_get
 _TARGET_KEY, _KERNEL_DIR_KEY = _compat.environ_key("XE2RT_TARGET"), _compat.environ_key("XE2RT_KERNEL_DIR")
 _address = _compat.first_element_address
+_array_facts_get = launch.array_facts.get
+facts_of = launch.facts_of
 
 
 def _env(name: str):
@@ -50,15 +56,18 @@ _fields_by_type: dict = {}
 resident = launch.resident
 
 
-def _flatten(value, facts: list, arrays: list) -> bool:
+def _flatten(value, facts: list, arrays: list, hits: list) -> bool:
     """Append the facts of `value` to `facts` and its arrays (the object passed, and its usm_ndarray) to `arrays`;
     False if the value is of a kind the key cannot express. Queues enter the key by identity: an entry holds its
     queue, so the identity cannot be reused while the entry can be found."""
     kind = type(value)
     if kind is _DPNP_ARRAY or kind is dpt.usm_ndarray:
         u = value.get_array() if kind is _DPNP_ARRAY else value
-        facts.append((kind, u.dtype, u.shape, u.flags.c_contiguous, id(u.sycl_queue), _address(u) % ALIGNMENT))
+        hit = facts_of(u)
+        facts.append(kind)
+        facts.append(hit[2])
         arrays.append((value, u))
+        hits.append(hit)
         return True
     if kind in _SCALAR_TYPES:
         facts.append(kind)
@@ -68,7 +77,7 @@ def _flatten(value, facts: list, arrays: list) -> bool:
         facts.append(kind)
         facts.append(len(value))
         for item in value:
-            if not _flatten(item, facts, arrays):
+            if not _flatten(item, facts, arrays, hits):
                 return False
         return True
     names = _fields_by_type.get(kind)
@@ -78,7 +87,7 @@ def _flatten(value, facts: list, arrays: list) -> bool:
         names = _fields_by_type[kind] = tuple(f.name for f in dataclasses.fields(value))
     facts.append(kind)
     for name in names:
-        if not _flatten(getattr(value, name), facts, arrays):
+        if not _flatten(getattr(value, name), facts, arrays, hits):
             return False
     return True
 
@@ -86,11 +95,19 @@ def _flatten(value, facts: list, arrays: list) -> bool:
 class _Entry:
     """How to replay one call signature: per launch the kernel, ranges and, per argument, either a constant (scalars,
     local memory) or the index of the call's array or of a fresh output."""
-    __slots__ = ("launches", "fresh", "result", "out_arrays", "nbytes")
+    __slots__ = ("launches", "fresh", "result", "out_arrays", "nbytes", "pairs")
 
     def __init__(self, launches, fresh, result, out_arrays, nbytes):
         self.launches, self.fresh, self.result, self.out_arrays = launches, fresh, result, out_arrays
         self.nbytes = nbytes  # per array of the call: its byte size (its shape and dtype are in the key)
+        # the (written, other) pairs of array indices whose byte ranges must not meet (validate.out_array's rule):
+        # a written array against every other array of the call, except a written one checked before it
+        self.pairs = tuple((i, j) for n, i in enumerate(out_arrays) if nbytes[i]
+                           for j in range(len(nbytes))
+                           if j != i and nbytes[j] and (j not in out_arrays or out_arrays.index(j) > n))
+
+
+_IN, _NEW, _CONST = 0, 1, 2
 
 
 def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple = ()):
@@ -100,64 +117,53 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple
         return None
     result_slots = []
     for r in (list(result) if isinstance(result, tuple) else [result]):
-        slot = next((("in", i) for i, (obj, _) in enumerate(recorder.inputs) if r is obj), None)
+        slot = next(((_IN, i) for i, (obj, _) in enumerate(recorder.inputs) if r is obj), None)
         if slot is None:
-            slot = next((("new", j) for j, (array, _) in enumerate(recorder.outputs) if r is array), None)
+            slot = next(((_NEW, j) for j, (array, _) in enumerate(recorder.outputs) if r is array), None)
         if slot is None:
             return None
         result_slots.append(slot)
-    launches = [(step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, step.slots)
+    kinds = {"in": _IN, "new": _NEW, "const": _CONST}
+    launches = [(step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order,
+                 tuple((kinds[kind], what) for kind, what in step.slots))
                 for step in recorder.steps]
-    fresh = [spec for _, spec in recorder.outputs]
+    fresh = [launch.pool.pool.spec(*spec) for _, spec in recorder.outputs]
     n_inputs = len(recorder.inputs)
     out_arrays = list(in_place) + list(range(n_inputs - n_out_args, n_inputs))
     nbytes = [u.size * u.itemsize for _, u in recorder.inputs]
-    return _Entry(launches, fresh, (isinstance(result, tuple), result_slots), out_arrays, nbytes)
+    return _Entry(launches, fresh, (isinstance(result, tuple), tuple(result_slots)), out_arrays, nbytes)
 
 
-def _new_array(shape, dtype, queue):
-    return launch.pool.new_output(shape, dtype, queue)
-
-
-def _overlapping(entry: _Entry, arrays: list) -> bool:
+def _overlapping(entry: _Entry, hits: list) -> bool:
     """Whether an array the op writes (`out=`, or an in-place argument) overlaps another of the call's arrays (the op's
-    own rule, e.g. validate.out_array)."""
-    written = entry.out_arrays
-    # validate.usm_byte_range with the sizes the entry knows (an array's C-contiguous span from its first byte)
-    ranges = [(_address(u), _address(u) + nbytes) if nbytes else None for (_, u), nbytes in zip(arrays, entry.nbytes)]
-    for n, i in enumerate(written):
-        if ranges[i] is None:
-            continue
-        o0, o1 = ranges[i]
-        for j, r in enumerate(ranges):
-            if r is not None and j != i and (j not in written or written.index(j) > n):
-                if o0 < r[1] and r[0] < o1:
-                    return True
+    own rule, e.g. validate.out_array), from the first-byte addresses of this call's arrays (launch.facts_of) and the sizes the entry
+    knows (an array's C-contiguous span from its first byte, as validate.usm_byte_range)."""
+    nbytes = entry.nbytes
+    for i, j in entry.pairs:
+        a, b = hits[i][3], hits[j][3]
+        if a < b + nbytes[j] and b < a + nbytes[i]:
+            return True
     return False
 
 
-def _replay(entry: _Entry, arrays: list):
-    new = [_new_array(*spec) for spec in entry.fresh] if entry.fresh else []
-    memories = [None] * len(arrays)
+def _memory(hit: tuple, u):
+    memory = hit[4]
+    return memory if memory is not None else launch.usm_memory(u)
+
+
+def _replay(entry: _Entry, arrays: list, hits: list):
+    take = launch.pool.pool.take
+    new = [take(spec) for spec in entry.fresh] if entry.fresh else ()
     keep = (arrays, new)  # held until the kernels complete (launch._record)
     for queue, sycl_kernel, global_size, local_size, in_order, slots in entry.launches:
-        packed = []
-        for kind, what in slots:
-            if kind == "const":
-                packed.append(what)
-            elif kind == "in":
-                memory = memories[what]
-                if memory is None:
-                    memory = memories[what] = launch.usm_memory(arrays[what][1])
-                packed.append(memory)
-            else:
-                packed.append(new[what].get_array().usm_data)
+        packed = [what if kind == _CONST else _memory(hits[what], arrays[what][1]) if kind == _IN
+                  else new[what].get_array().usm_data for kind, what in slots]
         launch.ordered_submit(queue, sycl_kernel, packed, global_size, local_size, keep, in_order)
     is_tuple, slots = entry.result
     if not is_tuple:
         kind, what = slots[0]
-        return arrays[what][0] if kind == "in" else new[what]
-    return tuple(arrays[what][0] if kind == "in" else new[what] for kind, what in slots)
+        return arrays[what][0] if kind == _IN else new[what]
+    return tuple(arrays[what][0] if kind == _IN else new[what] for kind, what in slots)
 
 
 def _in_place_slots(in_place: tuple, args: tuple) -> tuple:
@@ -193,27 +199,44 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
             if kwargs.get(name):
                 return op(*args, **kwargs)
         facts = [op, _environ_get(_TARGET_KEY), _environ_get(_KERNEL_DIR_KEY), module.generation]
-        arrays = []
+        arrays, hits = [], []
         ok = True
         for value in args:  # the common case, a dpnp array, inline
             if type(value) is _DPNP_ARRAY:
                 u = value.get_array()
-                facts.append((u.dtype, u.shape, u.flags.c_contiguous, id(u.sycl_queue), _address(u) % ALIGNMENT))
+                hit = _array_facts_get(id(u))
+                if hit is None or hit[1] != u.shape or hit[0]() is not u:
+                    hit = facts_of(u)
+                facts.append(hit[2])
                 arrays.append((value, u))
-            elif not _flatten(value, facts, arrays):
+                hits.append(hit)
+            elif not _flatten(value, facts, arrays, hits):
                 ok = False
                 break
         n_out_args = 0
         if kwargs and ok:
-            for name in sorted(kwargs) if len(kwargs) > 1 else kwargs:  # `out` last: its arrays are the last ones
-                if name != "out":
-                    facts.append(name)
-                    ok = ok and _flatten(kwargs[name], facts, arrays)
-            if "out" in kwargs:
-                n_before_out = len(arrays)
+            out = kwargs.get("out")
+            if len(kwargs) > 1 or out is None:
+                for name in sorted(kwargs):  # `out` last: its arrays are the last ones
+                    if name != "out":
+                        facts.append(name)
+                        ok = ok and _flatten(kwargs[name], facts, arrays, hits)
+            if out is not None and ok:
                 facts.append("out")
-                ok = ok and _flatten(kwargs["out"], facts, arrays)
-                n_out_args = len(arrays) - n_before_out
+                if type(out) is _DPNP_ARRAY:
+                    u = out.get_array()
+                    hit = _array_facts_get(id(u))
+                    if hit is None or hit[1] != u.shape or hit[0]() is not u:
+                        hit = facts_of(u)
+                    facts.append(_DPNP_ARRAY)
+                    facts.append(hit[2])
+                    arrays.append((out, u))
+                    hits.append(hit)
+                    n_out_args = 1
+                else:
+                    n_before_out = len(arrays)
+                    ok = _flatten(out, facts, arrays, hits)
+                    n_out_args = len(arrays) - n_before_out
         if not ok:
             return op(*args, **kwargs)
         try:
@@ -224,9 +247,9 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
         if entry is _UNCACHEABLE:
             return op(*args, **kwargs)
         if entry is not None:
-            if entry.out_arrays and _overlapping(entry, arrays):
+            if entry.pairs and _overlapping(entry, hits):
                 return op(*args, **kwargs)  # the op raises its own overlap error
-            return _replay(entry, arrays)
+            return _replay(entry, arrays, hits)
         with launch.recording(arrays) as recorder:
             result = op(*args, **kwargs)
         launch.run_steps(recorder.steps)  # the first call runs exactly what was recorded

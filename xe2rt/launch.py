@@ -21,14 +21,17 @@ from __future__ import annotations
 import atexit
 import collections
 import ctypes
+import functools
 import math
 import numbers
 import struct
 import threading
+import weakref
 from typing import Callable, Sequence
 
 import dpctl
 import dpctl.memory
+import dpnp
 import numpy as np
 
 from . import _compat, pool, validate
@@ -44,6 +47,7 @@ _CL_CTYPES = {"half": ctypes.c_uint16, "float": ctypes.c_float, "double": ctypes
 _LOCAL_ACCESSOR_CODES = {"half": "u2", "float": "f4", "double": "f8", "char": "i1", "uchar": "u1", "short": "i2",
                          "ushort": "u2", "int": "i4", "uint": "u4", "long": "i8", "ulong": "u8"}
 _COMPLETE = dpctl.event_status_type.complete
+_DPNP_ARRAY = dpnp.ndarray
 # Records (of RETIRE_EVERY launches each, see _record) held at once, i.e. 4096 launches; past this the oldest is
 # waited for (a bound on memory, far above the depth any pipeline needs to keep a device busy).
 MAX_IN_FLIGHT = 256
@@ -56,6 +60,38 @@ def as_tuple(size) -> tuple[int, ...]:
         return tuple(int(s) for s in size) if isinstance(size, (tuple, list)) else (int(size),)
     except (TypeError, ValueError):
         raise InputTypeError(f"launch sizes must be ints or tuples of ints, got {size!r}") from None
+
+
+# ---- per-array facts ----
+
+ALIGNMENT = 64  # base-address residue kept in a warm call's key: the strictest alignment any kernel choice depends on
+# Per usm_ndarray alive: (weak reference, shape, its facts (dtype, shape, C-contiguous, queue id, address residue: a
+# warm call's key holds them, xe2rt.fastcall), first-byte address, the memory object a launch passes for it or None
+# for a view). A usm_ndarray's dtype, queue, data pointer and offset never change; its shape (and with it its
+# strides) can, in place (the shape setter), so an entry is used only while the shape is the one it was made with.
+# Entries leave with their array (the weak reference's callback). marshal reads them too: a launch on arrays whose
+# facts pass the signature's checks skips re-reading them.
+array_facts: dict = {}
+
+
+def _forget(key: int, ref) -> None:
+    hit = array_facts.get(key)
+    if hit is not None and hit[0] is ref:
+        del array_facts[key]
+
+
+def facts_of(u) -> tuple:
+    """usm_ndarray `u`'s entry in `array_facts`, made now if it has none or its shape changed."""
+    hit = array_facts.get(id(u))
+    shape = u.shape
+    if hit is not None and hit[1] == shape and hit[0]() is u:
+        return hit
+    address = _compat.first_element_address(u)
+    memory = u.usm_data if _compat.element_offset(u) == 0 else None  # a view's memory object is made per launch
+    facts = (u.dtype, shape, u.flags.c_contiguous, id(u.sycl_queue), address % ALIGNMENT)
+    hit = (weakref.ref(u, functools.partial(_forget, id(u))), shape, facts, address, memory)
+    array_facts[id(u)] = hit
+    return hit
 
 
 # ---- marshalling ----
@@ -167,6 +203,15 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
     for spec, value in zip(specs, args):
         kind = spec[0]
         if kind == "g":
+            if type(value) is _DPNP_ARRAY:  # the common case, from the facts the array's last launch read
+                u = value.get_array()
+                hit = array_facts.get(id(u))
+                if hit is None or hit[1] != u.shape or hit[0]() is not u:
+                    hit = facts_of(u)
+                facts = hit[2]
+                if hit[4] is not None and facts[2] and facts[3] == id(queue) and facts[0] == spec[3]:
+                    out.append(hit[4])
+                    continue
             out.append(_usm_memory(value, spec[1], spec[2], spec[3], queue))
         elif kind == "l":
             if type(value) is LocalMemory:

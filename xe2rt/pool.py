@@ -40,26 +40,39 @@ class OutputPool:
 
     def array(self, shape: tuple, dtype, queue: dpctl.SyclQueue):
         """A dpnp array of `shape` and `dtype` on `queue`, with uninitialised contents."""
+        return self.take(self.spec(shape, dtype, queue))
+
+    @staticmethod
+    def spec(shape: tuple, dtype, queue: dpctl.SyclQueue) -> tuple:
+        """What `take` needs to hand out arrays of one shape, dtype and queue, computed once (a warm call's replay
+        keeps it): the shape, the dtype as its type string (usm_ndarray builds from one in half the time it takes
+        from a numpy dtype), the byte size and the free-list key."""
         dtype = np.dtype(dtype)
         nbytes = max(1, dtype.itemsize * math.prod(shape))
+        return (tuple(shape), dtype.str, nbytes, (nbytes, queue))
+
+    def take(self, spec: tuple):
+        """A dpnp array as `spec` (from `spec`) describes, with uninitialised contents."""
+        shape, typestr, nbytes, key = spec
         if nbytes > self.MAX_BYTES_EACH:
-            memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
+            memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])
         else:
-            key = (nbytes, queue)
             free = self._free.get(key)
-            try:
-                base = free.pop() if free else None
-            except IndexError:  # emptied by another thread in between
-                base = None
+            base = None
+            if free:
+                try:
+                    base = free.pop()
+                except IndexError:  # emptied by another thread in between
+                    pass
             if base is None:
-                base = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
+                base = dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])
                 with self._lock:
                     if self._total + nbytes > self.MAX_TOTAL:
-                        return _compat.wrap_usm_ndarray(dpt.usm_ndarray(shape, dtype=dtype, buffer=base))
+                        return _compat.wrap_usm_ndarray(dpt.usm_ndarray(shape, typestr, None, base))
                     self._total += nbytes
             memory = _PooledMemory(base)
             self._watched.add(weakref.ref(memory, self._returner(key, base)))
-        return _compat.wrap_usm_ndarray(dpt.usm_ndarray(shape, dtype=dtype, buffer=memory))
+        return _compat.wrap_usm_ndarray(dpt.usm_ndarray(shape, typestr, None, memory))
 
     def _returner(self, key, base):
         def give_back(ref):
