@@ -25,10 +25,10 @@
  * cpu: one work-item per (kv head, split) streams its rows (TOOLCHAIN.md 6), its G heads taken 4 (then 2, then 1)
  *   at a time so that every fp16 row is converted to fp32 (vload_half16) once per group of heads, into registers, and
  *   used by all of them there: no fp32 copy of the block goes through memory. Per block: Q K^T per head group, each
- *   K row's dot with each head as float16 fmas (q read as memory operands), reduced 4 tokens at a time and then
- *   across the 16 by in-lane and 128-bit-lane shuffles into one float16 of 16 scores; per head the online softmax
- *   with an inline exp2 (a library call would reload every live vector), the probabilities to a small array; then
- *   P V per head group, each V row converted 4 vectors at a time and fma'd into 4 accumulators per head.
+ *   K row's dot with each head as float16 fmas, two tokens per q read (q as memory operands), reduced 4 tokens at a
+ *   time and then across the 16 by in-lane and 128-bit-lane shuffles into one float16 of 16 scores; per head the
+ *   online softmax with an inline exp2 (a library call would reload every live vector), the probabilities to a small
+ *   array; then P V per head group, each V row converted 4 vectors at a time and fma'd into 4 accumulators per head.
  */
 #include "xe2rt.h"
 

@@ -221,33 +221,39 @@ INLINE float16 exp2_nonpos(float16 x)
 #endif
 
 /* Q K^T for `ch` heads (qv and s4 at their first head) over the block at kblk: each K row is converted once and
- * used by all ch heads from registers (q from memory). Four tokens at a time: s4[h * 4 + u] = hadd4(hadd4(t0, t1),
- * hadd4(t2, t3)) of tokens 4u..4u+3 (see hadd4; the two fold levels follow in the caller). Rows past the end repeat
- * the last valid one (in bounds): their scores are masked. */
+ * used by all ch heads from registers. Tokens two at a time: each q vector is read once (a memory operand) for both
+ * tokens' fmas, half the q reads of one token at a time (Q K^T was bound by its loads: a 64-byte q operand per fma).
+ * s4[h * 4 + u] = hadd4(hadd4(t0, t1), hadd4(t2, t3)) of tokens 4u..4u+3 (see hadd4; the two fold levels follow in
+ * the caller). Rows past the end repeat the last valid one (in bounds): their scores are masked. */
 INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global const half* kblk, int nb, const int ch,
                                        int zero)
 {
     NOUNROLL for (int u = 0; u < 4; ++u) {
-        float16 first[4], pair[4];
-        UNROLL for (int i = 0; i < 4; ++i) {
-            /* q through a pointer the compiler cannot prove the same for two tokens (zero is 0): otherwise it keeps
-             * the ch x NV q vectors in registers, spilled and reloaded; this way every q read is a memory operand
-             * of its fma */
+        float16 pair[4];
+        UNROLL for (int i = 0; i < 4; i += 2) {
+            /* q through a pointer the compiler cannot prove the same for two token pairs (zero is 0): otherwise it
+             * keeps the ch x NV q vectors in registers, spilled and reloaded; this way every q read is a memory
+             * operand, used by the two tokens' fmas */
             const float16* qu = qv + ((4 * u + i) & zero);
-            __global const half* kr = kblk + (size_t)min(4 * u + i, nb - 1) * D;
-            float16 k[NV];
-            UNROLL for (int c = 0; c < NV; ++c)
-                k[c] = vload_half16(c, kr);
+            __global const half* kr0 = kblk + (size_t)min(4 * u + i, nb - 1) * D;
+            __global const half* kr1 = kblk + (size_t)min(4 * u + i + 1, nb - 1) * D;
+            float16 k0[NV], k1[NV];
+            UNROLL for (int c = 0; c < NV; ++c) {
+                k0[c] = vload_half16(c, kr0);
+                k1[c] = vload_half16(c, kr1);
+            }
             UNROLL for (int h = 0; h < ch; ++h) {
-                float16 x = qu[h * NV] * k[0];
-                UNROLL for (int c = 1; c < NV; ++c)
-                    x = fma(qu[h * NV + c], k[c], x);
-                if ((i & 1) == 0)
-                    first[h] = x;
-                else if (i == 1)
-                    pair[h] = hadd4(first[h], x);
+                const float16 q0 = qu[h * NV];
+                float16 x0 = q0 * k0[0], x1 = q0 * k1[0];
+                UNROLL for (int c = 1; c < NV; ++c) {
+                    const float16 qc = qu[h * NV + c];
+                    x0 = fma(qc, k0[c], x0);
+                    x1 = fma(qc, k1[c], x1);
+                }
+                if (i == 0)
+                    pair[h] = hadd4(x0, x1);
                 else
-                    s4[h * 4 + u] = hadd4(pair[h], hadd4(first[h], x));
+                    s4[h * 4 + u] = hadd4(pair[h], hadd4(x0, x1));
             }
         }
     }
