@@ -1,25 +1,26 @@
 """Warm calls at close to the cost of the submission itself.
 
-An op's checks, kernel choice, geometry and argument packing depend only on facts about its arguments that do not
-change between calls of a decode loop: each array's dtype, shape, contiguity, queue and base alignment, the values of
-its non-array arguments, the XE2RT_* variables and the per-call target. `cached(op)` keys calls by exactly those
-facts. The first call with a key runs the op as usual (so every error is the op's own) while recording its launches
+An op's checks, kernel choice, geometry and argument packing depend only on facts about its arguments that do not change
+between calls of a decode loop: each array's dtype, shape, contiguity, queue and base alignment, the values of its
+non-array arguments, the XE2RT_* variables and the per-call target. `cached(op)` keys calls by exactly those facts. The
+first call with a key runs the op as usual (so every error is the op's own) while recording its launches
 (launch.recording, as xe2rt.bind does); the recorder is given the call's arrays, and each launch notes as it packs an
-argument which of them it is, or which output the op made with launch.new_output. A later call with the same key replays those launches with its own arrays substituted and fresh outputs
-allocated (xe2rt.pool): nothing that the facts determine is recomputed, and nothing that they do not determine is reused.
+argument which of them it is, or which output the op made with launch.new_output. A later call with the same key replays
+those launches with its own arrays substituted and fresh outputs allocated (xe2rt.pool): nothing that the facts
+determine is recomputed, and nothing that they do not determine is reused.
 
-An array's facts are read once while it lives (`launch.facts_of`: a table keyed by the usm_ndarray's id and checked through a
-weak reference; the shape is read on every call, since it can be set in place): a decode loop's weights and the
-outputs xe2rt hands back cost a dictionary look-up per call instead of six attribute reads.
+An array's facts are read once while it lives (`launch.facts_of`: a table keyed by the usm_ndarray's id and checked
+through a weak reference; the shape is read on every call, since it can be set in place): a decode loop's weights, and
+any array passed to more than one call, cost a dictionary look-up per call instead of six attribute reads.
 
-Two checks depend on more than the key and run on every replayed call: `out=` must not overlap an input (byte ranges
-of this call's arrays; on overlap the op itself is called and raises), and arrays must be device arrays at all (the
-key cannot be formed otherwise, and the op is called). Calls the cache cannot express (an op that allocates
-temporaries, queues dpnp work, or takes arguments other than arrays, quantized weights, tuples and plain scalars) are
-simply passed to the op every time. An op may pass one more kind of array: a device constant it made once and keeps
-for good, registered with `resident(array)` (rope_kv's inv_freq table per queue, D, theta and scaling); it must be
-determined by the key's facts, and a replay passes the same array again. The cache holds no arrays: a replay keeps its own arrays alive until its kernels
-complete, like any launch.
+Two checks depend on more than the key and run on every replayed call: `out=` must not overlap an input (byte ranges of
+this call's arrays; on overlap the op itself is called and raises), and arrays must be device arrays at all (the key
+cannot be formed otherwise, and the op is called). Calls the cache cannot express (an op that allocates temporaries,
+queues dpnp work, or takes arguments other than arrays, quantized weights, tuples and plain scalars) are simply passed
+to the op every time. An op may pass one more kind of array: a device constant it made once and keeps for good,
+registered with `resident(array)` (rope_kv's inv_freq table per queue, D, theta and scaling); it must be determined by
+the key's facts, and a replay passes the same array again. The cache holds no arrays: a replay keeps its own arrays
+alive until its kernels complete, like any launch.
 """
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ MAX_ENTRIES = 1024
 _UNCACHEABLE = object()
 _environ_get = _compat.environ_get
 _TARGET_KEY, _KERNEL_DIR_KEY = _compat.environ_key("XE2RT_TARGET"), _compat.environ_key("XE2RT_KERNEL_DIR")
-_address = _compat.first_element_address
 _array_facts_get = launch.array_facts.get
 facts_of = launch.facts_of
 
@@ -136,8 +136,8 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple
 
 def _overlapping(entry: _Entry, hits: list) -> bool:
     """Whether an array the op writes (`out=`, or an in-place argument) overlaps another of the call's arrays (the op's
-    own rule, e.g. validate.out_array), from the first-byte addresses of this call's arrays (launch.facts_of) and the sizes the entry
-    knows (an array's C-contiguous span from its first byte, as validate.usm_byte_range)."""
+    own rule, e.g. validate.out_array), from the first-byte addresses of this call's arrays (launch.facts_of) and the
+    sizes the entry knows (an array's C-contiguous span from its first byte, as validate.usm_byte_range)."""
     nbytes = entry.nbytes
     for i, j in entry.pairs:
         a, b = hits[i][3], hits[j][3]
@@ -193,7 +193,7 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
 
     @functools.wraps(op)
     def call(*args, **kwargs):
-        if _recording.current is not None:  # inside xe2rt.bind or a composite op: the outer recording takes the launches
+        if _recording.current is not None:  # inside xe2rt.bind or a composite op: the outer recording takes them
             return op(*args, **kwargs)
         for name in uncached_if:
             if kwargs.get(name):
