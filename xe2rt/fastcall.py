@@ -40,7 +40,6 @@ MAX_ENTRIES = 1024
 _UNCACHEABLE = object()
 _environ_get = _compat.environ_get
 _TARGET_KEY, _KERNEL_DIR_KEY = _compat.environ_key("XE2RT_TARGET"), _compat.environ_key("XE2RT_KERNEL_DIR")
-_array_facts_get = launch.array_facts.get
 facts_of = launch.facts_of
 
 
@@ -107,9 +106,6 @@ class _Entry:
                            if j != i and nbytes[j] and (j not in out_arrays or out_arrays.index(j) > n))
 
 
-_IN, _NEW, _CONST = 0, 1, 2
-
-
 def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple = ()):
     """An _Entry for what the recorder holds, or None when a launch used anything but the call's arrays, the
     outputs the op made with launch.new_output and resident constants, or the op queued host steps."""
@@ -117,15 +113,13 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple
         return None
     result_slots = []
     for r in (list(result) if isinstance(result, tuple) else [result]):
-        slot = next(((_IN, i) for i, (obj, _) in enumerate(recorder.inputs) if r is obj), None)
+        slot = next((("in", i) for i, (obj, _) in enumerate(recorder.inputs) if r is obj), None)
         if slot is None:
-            slot = next(((_NEW, j) for j, (array, _) in enumerate(recorder.outputs) if r is array), None)
+            slot = next((("new", j) for j, (array, _) in enumerate(recorder.outputs) if r is array), None)
         if slot is None:
             return None
         result_slots.append(slot)
-    kinds = {"in": _IN, "new": _NEW, "const": _CONST}
-    launches = [(step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order,
-                 tuple((kinds[kind], what) for kind, what in step.slots))
+    launches = [(step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, tuple(step.slots))
                 for step in recorder.steps]
     fresh = [launch.pool.pool.spec(*spec) for _, spec in recorder.outputs]
     n_inputs = len(recorder.inputs)
@@ -156,14 +150,14 @@ def _replay(entry: _Entry, arrays: list, hits: list):
     new = [take(spec) for spec in entry.fresh] if entry.fresh else ()
     keep = (arrays, new)  # held until the kernels complete (launch._record)
     for queue, sycl_kernel, global_size, local_size, in_order, slots in entry.launches:
-        packed = [what if kind == _CONST else _memory(hits[what], arrays[what][1]) if kind == _IN
+        packed = [what if kind == "const" else _memory(hits[what], arrays[what][1]) if kind == "in"
                   else new[what].get_array().usm_data for kind, what in slots]
         launch.ordered_submit(queue, sycl_kernel, packed, global_size, local_size, keep, in_order)
     is_tuple, slots = entry.result
     if not is_tuple:
         kind, what = slots[0]
-        return arrays[what][0] if kind == _IN else new[what]
-    return tuple(arrays[what][0] if kind == _IN else new[what] for kind, what in slots)
+        return arrays[what][0] if kind == "in" else new[what]
+    return tuple(arrays[what][0] if kind == "in" else new[what] for kind, what in slots)
 
 
 def _in_place_slots(in_place: tuple, args: tuple) -> tuple:
@@ -204,9 +198,7 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
         for value in args:  # the common case, a dpnp array, inline
             if type(value) is _DPNP_ARRAY:
                 u = value.get_array()
-                hit = _array_facts_get(id(u))
-                if hit is None or hit[1] != u.shape or hit[0]() is not u:
-                    hit = facts_of(u)
+                hit = facts_of(u)
                 facts.append(hit[2])
                 arrays.append((value, u))
                 hits.append(hit)
@@ -215,28 +207,15 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
                 break
         n_out_args = 0
         if kwargs and ok:
-            out = kwargs.get("out")
-            if len(kwargs) > 1 or out is None:
-                for name in sorted(kwargs):  # `out` last: its arrays are the last ones
-                    if name != "out":
-                        facts.append(name)
-                        ok = ok and _flatten(kwargs[name], facts, arrays, hits)
-            if out is not None and ok:
+            for name in sorted(kwargs) if len(kwargs) > 1 else kwargs:  # `out` last: its arrays are the last ones
+                if name != "out":
+                    facts.append(name)
+                    ok = ok and _flatten(kwargs[name], facts, arrays, hits)
+            if "out" in kwargs:
+                n_before_out = len(arrays)
                 facts.append("out")
-                if type(out) is _DPNP_ARRAY:
-                    u = out.get_array()
-                    hit = _array_facts_get(id(u))
-                    if hit is None or hit[1] != u.shape or hit[0]() is not u:
-                        hit = facts_of(u)
-                    facts.append(_DPNP_ARRAY)
-                    facts.append(hit[2])
-                    arrays.append((out, u))
-                    hits.append(hit)
-                    n_out_args = 1
-                else:
-                    n_before_out = len(arrays)
-                    ok = _flatten(out, facts, arrays, hits)
-                    n_out_args = len(arrays) - n_before_out
+                ok = ok and _flatten(kwargs["out"], facts, arrays, hits)
+                n_out_args = len(arrays) - n_before_out
         if not ok:
             return op(*args, **kwargs)
         try:

@@ -204,10 +204,7 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
         kind = spec[0]
         if kind == "g":
             if type(value) is _DPNP_ARRAY:  # the common case, from the facts the array's last launch read
-                u = value.get_array()
-                hit = array_facts.get(id(u))
-                if hit is None or hit[1] != u.shape or hit[0]() is not u:
-                    hit = facts_of(u)
+                hit = facts_of(value.get_array())
                 facts = hit[2]
                 if hit[4] is not None and facts[2] and facts[3] == id(queue) and facts[0] == spec[3]:
                     out.append(hit[4])

@@ -52,7 +52,7 @@ class OutputPool:
         return (tuple(shape), dtype.str, nbytes, (nbytes, queue))
 
     def take(self, spec: tuple):
-        """A dpnp array as `spec` (from `spec`) describes, with uninitialised contents."""
+        """A dpnp array of the shape, dtype and queue that `spec` (from `spec()`) describes, uninitialised."""
         shape, typestr, nbytes, key = spec
         if nbytes > self.MAX_BYTES_EACH:
             memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])
