@@ -25,6 +25,13 @@
  *    float16 accumulators (TOOLCHAIN.md 6). WIDE_STEP 1 (bias correction only): 128 k per step as one uint16 per row,
  *    x split into 8 phase vectors (lane i, phase t = x[k0 + 8 i + t]) shared by the RPT rows, per-lane scales and zero
  *    points, so the per-group work is vector work too; groups past the last whole step take the per-group path.
+ *    WIDE_STEP 2 (AVX512-VNNI hosts only, variant gemv_w4a16_vnni): the same 128-k steps as integer dot products.
+ *    x of every whole step is made once per work-group into local memory (after the partial sums, XQ_STRIDE ints
+ *    per step): 15-bit fixed point with a power-of-two scale per step (x_int8_parts in w4_cpu.h), as two signed
+ *    bytes per element in the codes' byte order. Per row and step: two masks give the even / odd codes as unsigned
+ *    bytes, four vpdpbusd (64 byte products each) the exact integer dot, the symmetric zero point enters as
+ *    -8 sum(xi) in the accumulator's start, a zero point per lane as one fma, then one fma with scale x step scale.
+ *    Making x once per work-group, not per work-item, is half the gain: per work-item it cost as much as the rows.
  * One kernel per (group size, symmetric / zero-point): gemv_w4a16_g{32,64,128}_{sym,zp}.
  *
  * Batched decode (gemv_w4a16_g{G}_{sym,zp}_m{2,4,8,16}): x [M, K] -> y [M, N] for M <= MB, the weights read and
@@ -52,11 +59,15 @@
 #define MAGIC_VALUE 0.0f
 #endif
 #define SYM_ZERO 8
+#define XQ_STRIDE 96 /* ints of local memory per 128-k step of x (WIDE_STEP 2): 5 x 16 + the scale, 64-byte rows */
 #ifndef WIDE_STEP
 #define WIDE_STEP 0
 #endif
-#if WIDE_STEP && !DEQUANT_MAGIC
+#if WIDE_STEP == 1 && !DEQUANT_MAGIC
 #error "the wide CPU path is written with bias correction only"
+#endif
+#if WIDE_STEP == 2 && (K_SPLIT != 1 || !DEQUANT_MAGIC)
+#error "the VNNI path (WIDE_STEP 2) is written for K_SPLIT 1, with the per-group tail's bias correction"
 #endif
 #ifndef INTERLEAVE_MAX_ROW_BYTES
 #define INTERLEAVE_MAX_ROW_BYTES 0
@@ -308,6 +319,13 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
     const int item_row = (lid / K_SPLIT) * RPT;
     const int row0 = get_group_id(0) * ROWS + item_row;
     const int groups_per_row = K / G;
+#if WIDE_STEP == 2
+    /* x of every whole 128-k step, once per work-group (the work-items share the steps) */
+    __local int* xq = (__local int*)(partial + ROWS * K_SPLIT);
+    for (int st = lid; st < K / 128; st += get_local_size(0))
+        x_int8_parts(x, st * 128, xq + st * XQ_STRIDE);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     const int chunks = G / 32; /* 32 k = 16 bytes per chunk */
 
     /* Short rows (K / 2 <= INTERLEAVE_MAX_ROW_BYTES): work-item w takes rows w, w + W, w + 2W, ... (W work-items
@@ -338,7 +356,33 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
     float16 acc[RPT];
     for (int r = 0; r < RPT; ++r)
         acc[r] = 0.0f;
-#if WIDE_STEP
+#if WIDE_STEP == 2
+    /* Whole 128-k steps as integer dot products; groups past the last whole step take the per-group path below. */
+    const int groups_per_step = 128 / G;
+    const int steps = (g_end - g_begin) / groups_per_step;
+    for (int s = 0; s < steps; ++s) {
+        const int gs = g_begin + s * groups_per_step;
+        const int k0 = gs * G;
+        __local const int* xs = xq + (k0 / 128) * XQ_STRIDE;
+        const int16 xeh = vload16(0, xs), xoh = vload16(1, xs), xel = vload16(2, xs), xol = vload16(3, xs);
+        const int16 xsum = vload16(4, xs);
+        const float sx = as_float(xs[80]);
+        const int16 start = ZP ? (int16)0 : xsum * -SYM_ZERO; /* sum (q - 8) xi = sum q xi - 8 sum xi */
+        const float16 neg_xsum = -convert_float16(xsum);
+        __attribute__((opencl_unroll_hint(RPT)))
+        for (int r = 0; r < RPT; ++r) {
+            const uint16 w = vload16(0, (__global const uint*)(prow[r] + k0 / 2));
+            const uint16 even = w & 0x0F0F0F0Fu, odd = (w >> 4) & 0x0F0F0F0Fu; /* byte j: k 8 lane + 2 j (+ 1) */
+            const int16 hi = vnni_dpbusd(vnni_dpbusd((int16)0, even, xeh), odd, xoh);
+            const int16 lo = vnni_dpbusd(vnni_dpbusd(start, even, xel), odd, xol);
+            float16 u = convert_float16((hi << 8) + lo); /* exact: |dot| < 2^22 */
+            if (ZP)
+                u = fma(lanes_uchar(zrow[r], gs, G), neg_xsum, u);
+            acc[r] = fma(u, lanes_half(srow[r], gs, G) * sx, acc[r]);
+        }
+    }
+    for (int g = g_begin + steps * groups_per_step; g < g_end; ++g) {
+#elif WIDE_STEP
     /* Whole 128-k steps take the wide path; groups past the last whole step take the per-group path below. */
     const int groups_per_step = 128 / G;
     const int steps = (g_end - g_begin) / groups_per_step;

@@ -268,6 +268,22 @@ def test_spec_with_variants_includes_and_two_sources(tmp_path, cli, queue, monke
         artifacts.clear_caches()
 
 
+def test_variant_build_targets(tmp_path, cli):
+    """A variant may build for fewer targets than its base (build_targets); a bad list is refused by name."""
+    (tmp_path / "k.cl").write_text("__kernel void k(__global float* y) { y[0] = (float)V; }\n")
+    (tmp_path / "v.toml").write_text('source = "k.cl"\n[constants]\nV = 1\n[targets.bmg]\n[targets.cpu]\n'
+                                     '[variants.v_cpu]\nbuild_targets = ["cpu"]\n[variants.v_cpu.constants]\nV = 2\n')
+    code, err = cli("v.toml", "-o", "out", cwd=tmp_path)
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert sorted(manifest["artifacts"]) == ["bmg/v.spv", "cpu/v.spv", "cpu/v_cpu.spv"]
+    assert manifest["artifacts"]["cpu/v_cpu.spv"]["constants"] == {"V": 2}
+    (tmp_path / "w.toml").write_text('source = "k.cl"\n[variants.w2]\nbuild_targets = ["gpu"]\n')
+    code, err = cli("w.toml", "-o", "out2", cwd=tmp_path)
+    assert code != 0 and "[variants.w2] build_targets must be a non-empty list of targets from" in err, err
+    assert not (tmp_path / "out2").exists()
+
+
 def test_prebuilt_spirv(tmp_path, cli, built):
     """SPIR-V from elsewhere, per target or for every target: validated, reflected (no names: arg0...)."""
     spv = built[0] / "cpu" / "mykernels.spv"

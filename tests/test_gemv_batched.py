@@ -84,9 +84,7 @@ def w4_bound(queue, x, qw, target, dequant):
     """The single-row call's bound (the variant's summation); the batched kernels dequantize exactly first, whose
     summation is no deeper than the plain variant's, and the plain bound is the smaller one."""
     c = w4_op.program_variant(queue, target, dequant).constants
-    magic = 1024.0 if c["HALF_MAGIC"] else (256.0 if c.get("WIDE_STEP") else 0.0)
-    single = ref_q.w4_fp32_bound(x, qw, bias_corrected=bool(c["DEQUANT_MAGIC"]), magic_value=magic,
-                                 k_split=c["K_SPLIT"])
+    single = ref_q.w4_kernel_bound(x, qw, c)
     plain = ref_q.w4_fp32_bound(x, qw, bias_corrected=False, magic_value=0.0, k_split=c["K_SPLIT"])
     return single, plain
 

@@ -5,6 +5,7 @@ import pytest
 
 import dpnp
 import xe2rt
+from xe2rt import targets
 from xe2rt.ops import gemv_w4a16 as op
 from xe2rt.quant import QuantizedW4
 from xe2rt.reference import quant as ref_q
@@ -24,15 +25,6 @@ def random_qw(rng, n, k, group_size, symmetric, queue=None):
     return qw.to_device(queue) if queue is not None else qw
 
 
-def magic_offset(constants: dict) -> float:
-    """The offset (in code units) that the bias-corrected products carry before the per-group correction: 1024 for
-    the fp16 magic (q | 0x6400), 256 for the CPU wide step (1 + q/256 and 1 + q/16, each scaled back exactly: the
-    larger offset bounds both phases), 0 for the integer convert."""
-    if constants["HALF_MAGIC"]:
-        return 1024.0
-    return 256.0 if constants.get("WIDE_STEP") else 0.0
-
-
 def check(queue, x, qw, target, dequant, *, rel=1e-2):
     """Both bars: max error <= rel * max|ref|, and the per-row fp32-accumulation bound of the variant's summation."""
     y_dev, _ = op.run(to_device(x, queue), qw, target=target, dequant=dequant)
@@ -40,10 +32,7 @@ def check(queue, x, qw, target, dequant, *, rel=1e-2):
     ref = ref_q.gemv_w4(x, qw)
     assert np.isfinite(y).all()
     assert np.abs(y - ref).max() <= rel * np.abs(ref).max() + 1e-6
-    constants = op.program_variant(queue, target, dequant).constants
-    bias = bool(constants["DEQUANT_MAGIC"])
-    bound = ref_q.w4_fp32_bound(x, qw, bias_corrected=bias, magic_value=magic_offset(constants),
-                                k_split=constants["K_SPLIT"])
+    bound = ref_q.w4_kernel_bound(x, qw, op.program_variant(queue, target, dequant).constants)
     bad = np.nonzero(np.abs(y - ref) > bound)[0]
     assert bad.size == 0, f"rows {bad[:5]}: |y - ref| {np.abs(y - ref)[bad[:5]]} > bound {bound[bad[:5]]}"
     return y, ref
@@ -74,12 +63,20 @@ def test_w4_seed000_rule_against_unquantized(queue, rng, target, n, k, group_siz
     assert ref_q.seed000_failures(y, exact).size == 0
 
 
+def skip_unless_vnni(queue, target, dequant):
+    if dequant == "vnni" and (target != "cpu" or not targets.cpu_has_avx512_vnni(queue.sycl_device)):
+        pytest.skip("the VNNI kernels are the cpu target's, on CPUs with AVX512-VNNI (this host's /proc/cpuinfo has "
+                    "no avx512_vnni, or CL_CONFIG_CPU_TARGET_ARCH is set)" if target == "cpu" else
+                    "the VNNI kernels exist for the cpu target only")
+
+
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("dequant", VARIANTS)
+@pytest.mark.parametrize("dequant", VARIANTS + ["vnni"])
 def test_w4_dequant_identity_exhaustive_in_kernel(queue, target, dequant):
     """Row 16 z + q has every code equal to q and zero point z (all 16 x 16 pairs), scale 1. x is nonzero at
     k = 0, 1 (block-read path on Xe2) and at k = 1024, 1025 (tail path), with values whose products and sums are exact
     in fp32, so y must equal the float64 reference rounded once to fp16, bit for bit."""
+    skip_unless_vnni(queue, target, dequant)
     k, g = 1056, 32
     q = np.repeat(np.arange(16, dtype=np.uint8)[None, :], 16, axis=0).reshape(-1)  # row r: q = r % 16
     z = np.repeat(np.arange(16, dtype=np.uint8), 16)  # row r: z = r // 16
@@ -105,6 +102,32 @@ def test_w4_out_2d_and_unaligned_x(queue, rng, target):
     out = dpnp.full((1, n), 7.0, dtype=np.float16, sycl_queue=queue)
     res = xe2rt.gemv_w4a16(to_device(big[1:].reshape(1, k), queue), qw, out=out, target=target)
     assert res is out and np.abs(dpnp.asnumpy(out)[0].astype(np.float64) - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_w4_vnni_fixed_point_x(queue, rng, symmetric):
+    """The VNNI kernels read x as 15-bit fixed point per 128-k step: with outliers 2^10 above the rest of their
+    step the small elements are rounded to the step's grid, and the derived bound (which adds sum |w| |x' - x|) must
+    still hold; an x whose every step is within 2^3 of its largest element is read exactly, so the result is within
+    the fp32-accumulation bound of the exact x alone."""
+    skip_unless_vnni(queue, "cpu", "vnni")
+    n, k = 300, 2048 + 96  # 16 whole steps and a per-group tail
+    qw = random_qw(rng, n, k, 32, symmetric, queue)
+    x = (rng.standard_normal(k) * 1e-2).astype(np.float16)
+    x[::128] = 40.0  # one outlier per step
+    y, ref = check(queue, x, qw, "cpu", "vnni")
+    assert (np.abs(ref_q.vnni_x(x) - x.astype(np.float64)) > 0).any()  # the case does round x
+    x = np.where(rng.random(k) < 0.5, 1.0, -1.5).astype(np.float16) * rng.integers(1, 8, k).astype(np.float16)
+    assert np.array_equal(ref_q.vnni_x(x), x.astype(np.float64))  # every element within 2^3 of its step's largest
+    y, ref = check(queue, x, qw, "cpu", "vnni")
+    constants = dict(op.program_variant(queue, "cpu", "vnni").constants)
+    assert (np.abs(y - ref) <= ref_q.w4_kernel_bound(x, qw, {**constants, "WIDE_STEP": 0})).all()
+
+
+def test_w4_vnni_refused_where_it_cannot_run(queue, rng):
+    qw = random_qw(rng, 8, 256, 32, True, queue)
+    with pytest.raises(xe2rt.InputError, match=r"dequant='vnni' needs the cpu target on a CPU device"):
+        xe2rt.gemv_w4a16(to_device(np.zeros(256, np.float16), queue), qw, target="bmg", dequant="vnni")
 
 
 def test_w4_empty(queue, rng):
@@ -158,7 +181,7 @@ def test_w4_bad_input(queue, rng):
         (dict(x=to_device(np.zeros(k, np.float16), dpctl.SyclQueue(queue.sycl_device))), xe2rt.InputError,
          r"gemv_w4a16: qw and x are on different queues.*qw = qw\.to_device\(x\.sycl_queue\)"),
         (dict(out=dpnp.zeros(n + 1, dtype=np.float16, sycl_queue=queue)), xe2rt.InputError, r"out must have shape \(8,\)"),
-        (dict(dequant="fast"), xe2rt.InputError, r"dequant must be None, 'magic' or 'plain', got 'fast'"),
+        (dict(dequant="fast"), xe2rt.InputError, r"dequant must be None, 'magic', 'plain' or 'vnni', got 'fast'"),
     ]
     for kwargs, exc, pattern in cases:
         args = {"x": x, "qw": qw, "out": out}

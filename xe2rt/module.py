@@ -22,7 +22,7 @@ import dpctl.program
 import dpnp
 
 from . import launch, spirv_module, targets
-from .errors import ArtifactError, InputError, InputTypeError
+from .errors import ArtifactError, InputError, InputTypeError, TargetError
 from .launch import LocalMemory  # noqa: F401  (public as xe2rt.LocalMemory)
 
 # dpctl's development branch renames create_program_from_spirv; the old name stays as a deprecated alias.
@@ -260,6 +260,11 @@ def _choose(folder: Path, manifest: dict, target: str, module: str | None) -> st
     return module
 
 
+# A cpu binary built with this constant = 1 executes AVX512-VNNI instructions: loaded only where
+# targets.cpu_has_avx512_vnni holds (elsewhere the CPU runtime cannot compile it).
+VNNI_CONSTANT = "CPU_AVX512_VNNI"
+
+
 def verified_spirv(path: Path, entry: dict, hint: str) -> bytes:
     """The binary's bytes, refused unless their sha256 is the manifest's."""
     try:
@@ -288,6 +293,10 @@ def load(folder, *, queue: dpctl.SyclQueue | None = None, target: str | None = N
         manifest = read_manifest(folder)
         name = _choose(folder, manifest, chosen, module)
         entry = manifest["artifacts"][f"{chosen}/{name}.spv"]
+        if entry.get("constants", {}).get(VNNI_CONSTANT) and not targets.cpu_has_avx512_vnni(queue.sycl_device):
+            raise TargetError(f"{folder}: module {name!r} for {chosen} uses AVX512-VNNI instructions (constant "
+                              f"{VNNI_CONSTANT} = 1), which {queue.sycl_device.name!r} cannot run (it needs a CPU "
+                              f"device on a host with avx512_vnni, CL_CONFIG_CPU_TARGET_ARCH unset)")
         hint = rebuild_hint(folder, manifest)
         spirv = verified_spirv(folder / chosen / f"{name}.spv", entry, hint)
         loaded = _modules[key] = Module(folder, name, chosen, entry, spirv, queue, hint)

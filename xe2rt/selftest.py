@@ -101,7 +101,10 @@ def run_checks(queue, target: str, families: list[str], quick: bool, native: boo
     """Every check of `families` that is meaningful for `target` (and, for those that need the real Xe2 built-ins,
     only when `native`), each as a JSON-able record."""
     from . import checks as C
-    todo = [c for f in families for c in C.checks_of(f, quick) if target in c.targets and (native or not c.native_xe2)]
+    from . import targets as T
+    vnni = T.cpu_has_avx512_vnni(queue.sycl_device)
+    todo = [c for f in families for c in C.checks_of(f, quick) if target in c.targets and (native or not c.native_xe2)
+            and (vnni or not c.cpu_vnni)]
     bar = _progress(len(todo), f"checks ({target})")
     records = []
     for check in todo:

@@ -7,6 +7,7 @@ than a guess; XE2RT_TARGET or the per-call `target=` overrides the choice.
 from __future__ import annotations
 
 import glob
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,34 @@ def resolve(device: dpctl.SyclDevice, target: str | None = None) -> str:
         return config.check_target_name(target, "target")
     forced = config.forced_target()
     return forced if forced is not None else detect(device).target
+
+
+_host_flags: frozenset | None = None
+
+
+def host_cpu_flags() -> frozenset:
+    """The host CPU's feature flags as Linux reports them (/proc/cpuinfo), empty where that file is not readable."""
+    global _host_flags
+    if _host_flags is None:
+        flags: set = set()
+        try:
+            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        flags.update(line.partition(":")[2].split())
+                        break
+        except OSError:
+            pass
+        _host_flags = frozenset(flags)
+    return _host_flags
+
+
+def cpu_has_avx512_vnni(device: dpctl.SyclDevice) -> bool:
+    """Whether binaries that use AVX512-VNNI instructions (cpu binaries with the constant CPU_AVX512_VNNI, e.g.
+    gemv_w4a16_vnni) can run on `device`: a CPU device on a host whose CPU reports avx512_vnni, and the CPU runtime
+    compiling for that host (CL_CONFIG_CPU_TARGET_ARCH unset). Elsewhere the runtime could not compile them."""
+    return (device.is_cpu and "avx512_vnni" in host_cpu_flags()
+            and not os.environ.get("CL_CONFIG_CPU_TARGET_ARCH"))
 
 
 def describe_devices() -> str:

@@ -6,7 +6,7 @@ import time
 
 import dpctl
 
-from . import artifacts, targets
+from . import artifacts, module, targets
 from .errors import InputError
 
 
@@ -15,10 +15,12 @@ def warmup(queue: dpctl.SyclQueue | None = None, families=None, *, target: str |
     dpctl's default queue). Returns the seconds each family took."""
     queue = queue if queue is not None else dpctl.SyclQueue()
     chosen = targets.resolve(queue.sycl_device, target)
-    shipped = sorted(entry["family"] for entry in artifacts.manifest()["artifacts"].values()
-                     if entry["target"] == chosen)
-    if families is None:
-        families = shipped
+    entries = [entry for entry in artifacts.manifest()["artifacts"].values() if entry["target"] == chosen]
+    shipped = sorted(entry["family"] for entry in entries)
+    if families is None:  # every family this device can run (not the AVX512-VNNI ones on other CPUs)
+        runs = targets.cpu_has_avx512_vnni(queue.sycl_device)
+        families = [entry["family"] for entry in sorted(entries, key=lambda e: e["family"])
+                    if runs or not entry.get("constants", {}).get(module.VNNI_CONSTANT)]
     elif isinstance(families, str):
         families = [families]
     unknown = sorted(set(families) - set(shipped))

@@ -23,7 +23,7 @@ TARGETS = ("bmg", "lnl", "cpu")
 XE2_TARGETS = ("bmg", "lnl")
 TOP_KEYS = {"name", "source", "sources", "include_dirs", "options", "constants", "defines", "targets", "aot",
             "variants"}
-VARIANT_KEYS = TOP_KEYS - {"name", "variants"}
+VARIANT_KEYS = (TOP_KEYS - {"name", "variants"}) | {"build_targets"}  # build_targets: the variant builds for these only
 # Keys of a [targets.X] table that are not integer constants.
 TARGET_KEYS = {"options", "defines", "spirv"}
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -45,6 +45,7 @@ class Module:
     targets: dict[str, Target]
     aot: dict
     origin: str  # where it was declared, for messages
+    restricted: bool = False  # a variant with build_targets: the targets it lacks are skipped, not errors
 
 
 def merge(base: dict, override: dict) -> dict:
@@ -181,8 +182,16 @@ def modules_of(raw: dict, path: Path, override: dict | None = None) -> list[Modu
                              f"overrides {sorted(VARIANT_KEYS)}")
         if variant == name:
             raise BuildError(f"{origin}: variant {variant!r} has the name of the spec's own module")
-        modules.append(resolve(merge(apply_variant(base, table), override or {}), variant, path.parent,
-                               f"{origin} [variants.{variant}]"))
+        only = table.get("build_targets")
+        if only is not None and (not isinstance(only, list) or not only or set(only) - set(TARGETS)):
+            raise BuildError(f"{origin}: [variants.{variant}] build_targets must be a non-empty list of targets from "
+                             f"{list(TARGETS)}, got {only!r}")
+        merged = merge(apply_variant(base, {k: v for k, v in table.items() if k != "build_targets"}), override or {})
+        if only is not None:
+            merged["targets"] = {t: v for t, v in merged.get("targets", {t: {} for t in TARGETS}).items() if t in only}
+        module = resolve(merged, variant, path.parent, f"{origin} [variants.{variant}]")
+        module.restricted = only is not None
+        modules.append(module)
     return modules
 
 

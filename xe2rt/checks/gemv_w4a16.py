@@ -1,9 +1,10 @@
-"""gemv_w4a16 cases: every target's binary, both dequant variants, symmetric and zero-point weights, against the
-float64 reference of dequantize() (xe2rt.reference.quant).
+"""gemv_w4a16 cases: every target's binary, both dequant variants (and on CPUs with AVX512-VNNI the VNNI kernels),
+symmetric and zero-point weights, against the float64 reference of dequantize() (xe2rt.reference.quant).
 
-Bound per row (reference.quant.w4_fp32_bound): fp32 accumulation over the kernel's K slices, including the
+Bound per row (reference.quant.w4_kernel_bound): fp32 accumulation over the kernel's K slices, including the
 bias-corrected variant's magic offset (1024 code units for the fp16 magic, 256 for the CPU wide step), then one fp16
-rounding; and max error <= 1e-2 max|y|."""
+rounding; for the VNNI kernels also sum |w| |x' - x| with x' the fixed-point x they multiply; and max error <= 1e-2
+max|y|."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,25 +12,20 @@ import numpy as np
 from . import Check, elementwise
 from ._util import dev, host, rng
 
-RULE = "per row: fp32 accumulation (magic offset of the variant included) over the K slices + 0.5 ulp16 |ref|"
+RULE = ("per row: fp32 accumulation (magic offset of the variant included) over the K slices + 0.5 ulp16 |ref| "
+        "(VNNI: + sum |w| |x' - x| for the fixed-point x')")
 ALL = ("cpu", "bmg", "lnl")
 # (N, K, group, symmetric, dequant): N tails; K = 4224 not a multiple of VL 512; K not a multiple of 128 exercises the
 # CPU wide path's per-group tail.
 SHAPES = [(n, k, g, s, d) for n, k in [(1, 4224), (7, 4224), (1000, 1024), (13, 8448)]
-          for g in (32, 64, 128) for s in (True, False) for d in ("magic", "plain")]
+          for g in (32, 64, 128) for s in (True, False) for d in ("magic", "plain", "vnni")]
 # 448 = 3 x 128 + 64, 352 = 2 x 128 + 96, 160 = 128 + 32; K = 96 has no whole 128-k step
 TAILS = [(n, k, g, s, d) for n, k, g, s in [(19, 448, 64, True), (45, 352, 32, False), (9, 160, 32, True),
-                                            (17, 96, 32, False), (23, 448, 64, False)] for d in ("magic", "plain")]
+                                            (17, 96, 32, False), (23, 448, 64, False)]
+         for d in ("magic", "plain", "vnni")]
 LLM = [(n, k, g, s, None) for n, k in [(4096, 14336), (14336, 4096), (9728, 2560), (2560, 9728)]
        for g, s in [(128, True), (32, False)]]
 QUICK = [(45, 352, 32, False, None)]
-
-
-def magic_offset(constants: dict) -> float:
-    """Offset (in code units) the bias-corrected products carry before the per-group correction."""
-    if constants["HALF_MAGIC"]:
-        return 1024.0
-    return 256.0 if constants.get("WIDE_STEP") else 0.0
 
 
 def random_qw(g, n, k, group_size, symmetric):
@@ -49,15 +45,15 @@ def run_case(queue, target, n, k, group_size, symmetric, dequant):
     x = g.standard_normal(k).astype(np.float16)
     y_dev, _ = op.run(dev(x, queue), qw, target=target, dequant=dequant)
     y = host(y_dev).astype(np.float64).reshape(-1)
-    constants = op.program_variant(queue, target, dequant).constants
-    bound = ref_q.w4_fp32_bound(x, qw, bias_corrected=bool(constants["DEQUANT_MAGIC"]),
-                                magic_value=magic_offset(constants), k_split=constants["K_SPLIT"])
+    bound = ref_q.w4_kernel_bound(x, qw, op.program_variant(queue, target, dequant).constants)
     return elementwise(y, ref_q.gemv_w4(x, qw), bound, rel_bar=1e-2, rule=RULE)
 
 
 def _case(n, k, gs, sym, deq, targets):
     name = f"N={n} K={k} g{gs} {'sym' if sym else 'zp'} {deq or 'default'}"
-    return Check("gemv_w4a16", name, lambda q, t: run_case(q, t, n, k, gs, sym, deq), targets)
+    if deq == "vnni":  # the cpu target's VNNI kernels: CPU devices with AVX512-VNNI only
+        targets = tuple(t for t in targets if t == "cpu")
+    return Check("gemv_w4a16", name, lambda q, t: run_case(q, t, n, k, gs, sym, deq), targets, cpu_vnni=deq == "vnni")
 
 
 def checks(quick: bool = False) -> list[Check]:

@@ -31,14 +31,20 @@ def kernel_name(base: str, m: int) -> str:
     return base if m == 1 else f"{base}_m{batch_width(m)}"
 
 
-def geometry(constants: dict, target: str, n: int, m: int = 1) -> tuple[int, int, int]:
-    """(global size, local size, SLM floats) for N rows and M x rows."""
+XQ_STRIDE = 96  # gemv_w4a16.cl: local ints per 128-k step of x in the VNNI kernels (WIDE_STEP 2)
+
+
+def geometry(constants: dict, target: str, n: int, m: int = 1, k: int = 0) -> tuple[int, int, int]:
+    """(global size, local size, SLM floats) for N rows and M x rows (K: the VNNI kernels keep x in SLM)."""
     rows, k_split = constants["ROWS"], constants["K_SPLIT"]
     lanes = constants["SG"] if is_xe2(target) else 1
     mb = batch_width(m)
     rpt = constants.get("RPT", 1) if mb == 1 else min(max(constants["BATCH_ACCS"] // mb, 1), rows)
     local = rows // rpt * k_split * lanes
-    return ceil_div(n, rows) * local, local, mb * rows * k_split
+    slm = mb * rows * k_split
+    if mb == 1 and constants.get("WIDE_STEP") == 2:
+        slm += k // 128 * XQ_STRIDE
+    return ceil_div(n, rows) * local, local, slm
 
 
 def launch_args(m: int, head: list, n: int, k: int, slm_floats: int) -> list:

@@ -9,11 +9,14 @@ reduced in SLM.
 RPT rows share every x load (and, with bias correction, every sum of x).
 Dequant variants (seed 004): "magic" (bias correction: (1024 + q) straight into the products, (1024 + z) * sum(x)
 subtracted once per group) and "plain" (per-element subtraction). Family gemv_w4a16 holds each target's default,
-gemv_w4a16_alt the other; the variant is the DEQUANT_MAGIC constant in the manifest.
+gemv_w4a16_alt the other; the variant is the DEQUANT_MAGIC constant in the manifest. On a CPU device whose host has
+AVX512-VNNI (targets.cpu_has_avx512_vnni) the default is "vnni" (family gemv_w4a16_vnni, built for the cpu only):
+integer dot products of the codes with x as 15-bit fixed point per 128-k step (gemv_w4a16.cl's header); x is then
+rounded to a multiple of 2^-14 of its step's largest |x| (elements within 2^3 of the largest exactly).
 """
 from __future__ import annotations
 
-from .. import launch
+from .. import launch, targets
 from ..errors import InputError
 from ..quant import QuantizedW4
 from .common import program_for
@@ -22,18 +25,27 @@ from .gemv_common import kernel_name as batched_name
 
 OP = "gemv_w4a16"
 FAMILIES = ("gemv_w4a16", "gemv_w4a16_alt")
+VNNI_FAMILY = "gemv_w4a16_vnni"
 DEQUANT = {"magic": 1, "plain": 0}
+DEQUANT_NAMES = ("magic", "plain", "vnni")
 
 
 def kernel_name(group_size: int, symmetric: bool, m: int = 1) -> str:
     return batched_name(f"{OP}_g{group_size}_{'sym' if symmetric else 'zp'}", m)
 
 
-def program_variant(queue, target: str | None, dequant: str | None):
-    """The program of the requested dequant variant (None: the target's default, family gemv_w4a16)."""
-    if dequant is not None and dequant not in DEQUANT:
-        raise InputError(f"{OP}: dequant must be None, 'magic' or 'plain', got {dequant!r}")
+def program_variant(queue, target: str | None, dequant: str | None, m: int = 1):
+    """The program of the requested dequant variant (None: the target's default: "vnni" on a CPU device with
+    AVX512-VNNI for M = 1, else family gemv_w4a16; the batched kernels are those of gemv_w4a16 in every variant)."""
+    if dequant is not None and dequant not in DEQUANT_NAMES:
+        raise InputError(f"{OP}: dequant must be None, 'magic', 'plain' or 'vnni', got {dequant!r}")
     program = program_for(queue, FAMILIES[0], target)
+    vnni = program.target == "cpu" and targets.cpu_has_avx512_vnni(queue.sycl_device)
+    if dequant == "vnni" and not vnni:
+        raise InputError(f"{OP}: dequant='vnni' needs the cpu target on a CPU device whose host has AVX512-VNNI; "
+                         f"this call's target is {program.target!r} on {queue.sycl_device.name!r}")
+    if vnni and dequant in (None, "vnni") and m == 1:
+        return program_for(queue, VNNI_FAMILY, "cpu")
     if dequant is None or program.constants["DEQUANT_MAGIC"] == DEQUANT[dequant]:
         return program
     return program_for(queue, FAMILIES[1], program.target)
@@ -45,11 +57,11 @@ def run(x, qw, *, out=None, target: str | None = None, dequant: str | None = Non
     n, k = qw.shape
     queue, y_shape, m = check_decode_inputs(OP, x, n, k, {"packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros},
                                          out, qw=qw)
-    program = program_variant(queue, target, dequant)
+    program = program_variant(queue, target, dequant, m)
     y, done = output(out, y_shape, queue, n, k, m)
     if done:
         return y, None
-    global_size, local_size, slm_floats = geometry(program.constants, program.target, n, m)
+    global_size, local_size, slm_floats = geometry(program.constants, program.target, n, m, k)
     zeros = qw.packed if qw.zeros is None else qw.zeros  # the symmetric kernels never read it
     kernel = program.kernel(kernel_name(qw.group_size, qw.symmetric, m))
     event = launch.launch(kernel, launch_args(m, [x, qw.packed, qw.scales, zeros, y], n, k, slm_floats), global_size,
@@ -59,7 +71,8 @@ def run(x, qw, *, out=None, target: str | None = None, dequant: str | None = Non
 
 def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequant: str | None = None):
     """y = dequant(qw) @ x for float16 x [K] (y [N]) or x [M, K] with M <= 16 (y [M, N] = x @ dequant(qw).T), qw a
-    QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain")
-    overrides the target's default variant (M = 1 only: the batched kernels dequantize exactly first either way);
+    QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain" /
+    "vnni", the last on CPU devices with AVX512-VNNI, where it is the default) overrides the target's default variant
+    (M = 1 only: the batched kernels dequantize exactly first either way);
     `target` forces a kernel target (bmg, lnl, cpu) for this call."""
     return run(x, qw, out=out, target=target, dequant=dequant)[0]

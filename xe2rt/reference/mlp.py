@@ -79,20 +79,11 @@ def abs_linear(w, v) -> np.ndarray:
     return np.abs(_host_fp16(w).astype(np.float64)) @ v
 
 
-def w4_magic_offset(constants: dict) -> float:
-    """The offset (code units) a W4 kernel's bias-corrected products carry: 1024 for the fp16 magic, 256 for the CPU
-    wide step, 0 for the integer convert (as tests/test_gemv_w4a16.py reads it)."""
-    if constants.get("HALF_MAGIC"):
-        return 1024.0
-    return 256.0 if constants.get("WIDE_STEP") else 0.0
-
-
 def kernel_bound(x, w, constants: dict) -> np.ndarray:
     """Per-row bound of the decode op on (x, w), output rounding included; `constants` are the program's (they
     set the summation structure: K_SPLIT, the W4 dequant variant)."""
     if isinstance(w, QuantizedW4):
-        return ref_quant.w4_fp32_bound(x, w, bias_corrected=bool(constants["DEQUANT_MAGIC"]),
-                                       magic_value=w4_magic_offset(constants), k_split=constants["K_SPLIT"])
+        return ref_quant.w4_kernel_bound(x, w, constants)
     if isinstance(w, QuantizedW8):
         return ref_quant.w8_fp32_bound(x, w, k_split=constants["K_SPLIT"])
     return ref_gemv.fp32_accumulation_bound(x, _host_fp16(w))

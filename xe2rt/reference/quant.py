@@ -47,33 +47,68 @@ def gemv_w8(x, qw) -> np.ndarray:
     return (np.asarray(host.qweight).astype(np.float64) @ x) * np.asarray(host.scales).astype(np.float64)
 
 
-def w4_fp32_bound(x, qw, *, bias_corrected: bool, magic_value: float, k_split: int = 1) -> np.ndarray:
+def vnni_x(x) -> np.ndarray:
+    """x as the VNNI kernels (gemv_w4a16_vnni, WIDE_STEP 2) read it: over every whole 128-k step, rounded to nearest
+    even at a multiple of sx = 2^(e - 13), e = floor(log2(max |x| of the step)) (at least -24); the tail past the
+    last whole step as it is (the per-group path reads it in fp32)."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1).copy()
+    steps = x.size // 128
+    if steps:
+        xs = x[:steps * 128].reshape(steps, 128)
+        m = np.abs(xs).max(axis=1)
+        e = np.where(m > 0, np.floor(np.log2(np.where(m > 0, m, 1.0))), -24.0)
+        sx = np.exp2(np.maximum(e, -24.0) - 13.0)[:, None]
+        x[:steps * 128] = (np.round(xs / sx) * sx).reshape(-1)
+    return x
+
+
+def w4_kernel_bound(x, qw, constants: dict) -> np.ndarray:
+    """The bound of the gemv_w4a16 program whose manifest constants are `constants` (one x row): w4_fp32_bound
+    with the program's summation (magic offset: 1024 code units for the fp16 magic, 256 for the CPU wide step, 0 for
+    the integer convert and the VNNI step), and for the VNNI step (WIDE_STEP 2) the rounding of x to its per-step
+    grid: x enters the products as vnni_x(x), an exact integer dot, so |y - ref| gains sum_k |w_k| |vnni_x(x)_k - x_k|
+    (w the exact dequantized weights) and the fp32 terms are those of |x| + that rounding."""
+    wide = constants.get("WIDE_STEP", 0)
+    magic = 1024.0 if constants.get("HALF_MAGIC") else (256.0 if wide == 1 else 0.0)
+    dx = np.abs(vnni_x(x) - np.asarray(x, dtype=np.float64).reshape(-1)) if wide == 2 else None
+    return w4_fp32_bound(x, qw, bias_corrected=bool(constants["DEQUANT_MAGIC"]), magic_value=magic,
+                         k_split=constants["K_SPLIT"], x_error=dx)
+
+
+def w4_fp32_bound(x, qw, *, bias_corrected: bool, magic_value: float, k_split: int = 1, x_error=None) -> np.ndarray:
     """Per-row bound on |y - gemv_w4| for the kernels' summation structure (first-order, eps32 = 2^-23):
     inside a group each lane sums at most G/16 + 2 terms whose size is |(magic_value + q) x| and, for bias
     correction, (magic_value + z)|sum x|; across groups, lanes and slices the partial sums are the exact
-    |s (q - z) x| terms, at most K/32 + 16 + K_SPLIT deep. Plus half an fp16 ulp for the rounded output."""
+    |s (q - z) x| terms, at most K/32 + 16 + K_SPLIT deep. Plus half an fp16 ulp for the rounded output.
+    `x_error` (per element, >= 0): the kernel multiplies an x that differs from x by at most that (the VNNI step's
+    rounding); the bound gains sum |w| x_error (with the output's rounding of it) and |x| + x_error in the terms."""
     x = np.asarray(x, dtype=np.float64).reshape(-1)
+    dx = None if x_error is None else np.asarray(x_error, dtype=np.float64).reshape(-1)
     host = qw.to_host()
     n, k = host.shape
     g = host.group_size
     view = QuantView(host)
     zeros, scales = host.zero_points().astype(np.float64), np.abs(np.asarray(host.scales).astype(np.float64))
-    xa = np.abs(x).reshape(-1, g)
-    xsum = np.abs(x.reshape(-1, g).sum(axis=1))
+    xa = (np.abs(x) if dx is None else np.abs(x) + dx).reshape(-1, g)
+    xsum = np.abs(x.reshape(-1, g).sum(axis=1)) + (0.0 if dx is None else dx.reshape(-1, g).sum(axis=1))
     inner = np.empty(n)
     outer = np.empty(n)
+    shift = np.zeros(n)  # sum_k |w_k| x_error_k
     for rows in _rows(n):
         q = view.codes(rows).reshape(-1, k // g, g)
-        exact = np.einsum("rgk,gk->rg", np.abs(q - zeros[rows][:, :, None]), xa)
+        wabs = np.abs(q - zeros[rows][:, :, None])
+        exact = np.einsum("rgk,gk->rg", wabs, xa)
         if bias_corrected:
             terms = np.einsum("rgk,gk->rg", q + magic_value, xa) + (magic_value + zeros[rows]) * xsum
         else:
             terms = exact
         inner[rows] = (terms * scales[rows]).sum(axis=1)
         outer[rows] = (exact * scales[rows]).sum(axis=1)
+        if dx is not None:
+            shift[rows] = (np.einsum("rgk,gk->rg", wabs, dx.reshape(-1, g)) * scales[rows]).sum(axis=1)
     ref = np.abs(gemv_w4(x, qw))
     depth_in, depth_out = g // 16 + 2, k // 32 + 16 + k_split  # K/32: the per-byte path of unaligned rows
-    return (EPS32 * (depth_in * inner + depth_out * outer) + 0.5 * np.finfo(np.float16).eps * ref
+    return (EPS32 * (depth_in * inner + depth_out * outer) + shift + 0.5 * np.finfo(np.float16).eps * (ref + shift)
             + np.finfo(np.float16).smallest_subnormal)
 
 
