@@ -30,6 +30,10 @@
 #include "gemm_fp16_dpas.h"
 #include "block2d.h"
 
+#ifndef VNNI_GEMM
+#define VNNI_GEMM 0
+#endif
+
 #define K_STEP 64 /* Xe2: k per step (one transposed 8-word read per 16 columns) */
 
 #if XE2_SHAPE
@@ -205,6 +209,176 @@ INLINE void gemm_w4_xe2(__global const half* A, __global const uchar* packed, __
                        int K, int G, int has_bias, int act, __local float* partial)                               \
     {                                                                                                              \
         gemm_w4_xe2(A, packed, scales, zeros, bias, C, M, N, K, G, has_bias, act, partial, ZP);                   \
+    }
+
+#elif VNNI_GEMM /* CPU shape for hosts with AVX512-VNNI (variant gemm_w4a16_vnni) */
+
+/* AVX512-VNNI vpdpwssd: per 32-bit lane, acc + a.lo16 b.lo16 + a.hi16 b.hi16 (signed). Declared by its LLVM
+ * intrinsic name (see w4_cpu.h's vnni_dpbusd): only binaries for hosts with AVX512-VNNI may call it. */
+int16 vnni_dpwssd(int16 acc, int16 a, int16 b) __asm__("llvm.x86.avx512.vpdpwssd.512");
+
+#define TILE_ROWS (RB * RM)
+#define TILE_COLS 64 /* four 16-lane column vectors */
+#define KC 128       /* k per chunk: one x scale per row and chunk, whole groups (G <= 128) */
+#define PAIRS (KC / 2)
+
+/* 16 x 16 ints transposed in registers (r[i] lane e -> r[e] lane i): four butterfly rounds of two-source permutes. */
+INLINE void transpose16(int16* r)
+{
+#define TR_ROUND(D, MA, MB)                                                                                     \
+    for (int i = 0; i < 16; ++i)                                                                                \
+        if (!(i & (D))) {                                                                                       \
+            const int16 a = r[i], b = r[i + (D)];                                                               \
+            r[i] = shuffle2(a, b, (uint16)MA);                                                                  \
+            r[i + (D)] = shuffle2(a, b, (uint16)MB);                                                            \
+        }
+    TR_ROUND(1, (0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
+             (1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
+    TR_ROUND(2, (0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29),
+             (2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
+    TR_ROUND(4, (0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27),
+             (4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
+    TR_ROUND(8, (0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
+             (8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+#undef TR_ROUND
+}
+
+/* One work-item per (TILE_ROWS rows, 64 columns), explicit AVX-512 vectors, lane = column. Per chunk of KC k:
+ * 1. the 64 x KC codes become int16 pairs (q_k - z, q_k+1 - z), one int per k pair and column, in local memory
+ *    (bq[pair][column]): per 16 columns x 16 pairs, 16 row loads of 16 bytes and a register transpose;
+ * 2. x comes as 15-bit fixed point pairs (xi_k, xi_k+1) with a power-of-two scale per row and chunk, made once per
+ *    call by gemm_w4a16_quantize_x (below; made per work-item it cost a third of the kernel's time at M = 128);
+ * 3. per RM-row block a RM x 64 register tile: per k pair 4 column vectors and RM broadcasts for 4 RM vpdpwssd (32
+ *    exact products each); per group the int32 sums are scaled by (group scale of the column) x sx of the row into
+ *    fp32 accumulators, kept in registers over the chunk and in local memory between chunks. */
+INLINE void gemm_w4_vnni(__global const int* xq, __global const uchar* packed, __global const half* scales,
+                         __global const uchar* zeros, __global const half* bias, __global half* C, int M, int N,
+                         int K, int G, int has_bias, int act, __local int* bq, __local float* ws,
+                         __local float* acc_st, const int ZP)
+{
+    const int chunks = (K + KC - 1) / KC;
+    __global const float* xscale = (__global const float*)(xq + (size_t)M * (K / 2));
+    const int row0 = get_group_id(0) * TILE_ROWS;
+    const int col0 = get_group_id(1) * TILE_COLS;
+    const int rows = min(M - row0, TILE_ROWS);
+    const int rbs = (rows + RM - 1) / RM;
+    const int KG = K / G;
+    const size_t row_bytes = (size_t)(K / 2);
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        const int kc = min(KC, K - k0); /* a multiple of 32 (G divides K) */
+        const int gpc = kc / G;         /* groups in this chunk */
+        /* 1. codes -> bq: columns past N repeat column N - 1 (never stored) */
+        for (int jc = 0; jc < 4; ++jc) {
+            for (int pb = 0; pb < kc / 32; ++pb) {
+                int16 r[16];
+                for (int c = 0; c < 16; ++c) {
+                    const size_t n = (size_t)min(col0 + 16 * jc + c, N - 1);
+                    const int g = (k0 + 32 * pb) / G;
+                    const int z = ZP ? (int)zeros[n * KG + g] : 8;
+                    const int16 v = convert_int16(vload16(0, packed + n * row_bytes + k0 / 2 + 16 * pb));
+                    r[c] = (((v & 15) - z) & 0xFFFF) | (((v >> 4) - z) << 16);
+                }
+                transpose16(r);
+                for (int p = 0; p < 16; ++p)
+                    vstore16(r[p], 0, bq + (16 * pb + p) * TILE_COLS + 16 * jc);
+            }
+            for (int g = 0; g < gpc; ++g)
+                for (int c = 0; c < 16; ++c) {
+                    const size_t n = (size_t)min(col0 + 16 * jc + c, N - 1);
+                    ws[g * TILE_COLS + 16 * jc + c] = vload_half(n * KG + k0 / G + g, scales);
+                }
+        }
+        /* 3. RM x 64 tiles */
+        for (int rb = 0; rb < rbs; ++rb) {
+            /* the rows' x pairs of this chunk (rows past M read row M - 1; never stored) */
+            __global const int* xrow[RM];
+            for (int r = 0; r < RM; ++r)
+                xrow[r] = xq + (size_t)min(row0 + rb * RM + r, M - 1) * (K / 2) + k0 / 2;
+            float16 acc[RM][4]; /* this chunk's sum over its groups of scale x dot, in units of sx */
+            for (int r = 0; r < RM; ++r)
+                for (int j = 0; j < 4; ++j)
+                    acc[r][j] = 0.0f;
+            for (int g = 0; g < gpc; ++g) {
+                int16 dot[RM][4];
+                for (int r = 0; r < RM; ++r)
+                    for (int j = 0; j < 4; ++j)
+                        dot[r][j] = 0;
+                for (int p = g * (G / 2); p < (g + 1) * (G / 2); ++p) {
+                    int16 b[4];
+                    for (int j = 0; j < 4; ++j)
+                        b[j] = vload16(j, bq + p * TILE_COLS);
+                    for (int r = 0; r < RM; ++r) {
+                        const int16 x = (int16)xrow[r][p];
+                        for (int j = 0; j < 4; ++j)
+                            dot[r][j] = vnni_dpwssd(dot[r][j], b[j], x);
+                    }
+                }
+                float16 wsv[4];
+                for (int j = 0; j < 4; ++j)
+                    wsv[j] = vload16(j, ws + g * TILE_COLS);
+                for (int r = 0; r < RM; ++r)
+                    for (int j = 0; j < 4; ++j)
+                        acc[r][j] = fma(convert_float16(dot[r][j]), wsv[j], acc[r][j]);
+            }
+            for (int r = 0; r < RM; ++r) {
+                const float sx = xscale[(size_t)min(row0 + rb * RM + r, M - 1) * chunks + k0 / KC];
+                __local float* dst = acc_st + (rb * RM + r) * TILE_COLS;
+                for (int j = 0; j < 4; ++j)
+                    vstore16(k0 ? fma(acc[r][j], (float16)sx, vload16(j, dst)) : acc[r][j] * sx, j, dst);
+            }
+        }
+    }
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < TILE_COLS; ++c) {
+            const int col = col0 + c;
+            if (col < N)
+                vstore_half_rte(epilogue(K ? acc_st[r * TILE_COLS + c] : 0.0f, has_bias ? vload_half(col, bias) : 0.0f,
+                                         act), (size_t)(row0 + r) * N + col, C);
+        }
+}
+
+/* x [M, K] as the GEMM's fixed point, once per call (launch 1): one work-item per (row, KC-k chunk), global
+ * (M, ceil(K / KC)), local (1, 1). xq: M x K/2 ints, (xi_k & 0xFFFF) | xi_k+1 << 16 for k pairs, then M x chunks
+ * float scales sx (as gemv_w4a16's VNNI step: xi = rte(x / sx), sx = 2^(e - 13) with e the exponent of the chunk's
+ * largest |x|, at least -24). */
+__kernel void gemm_w4a16_quantize_x(__global const half* A, __global int* xq, int M, int K)
+{
+    const int row = get_global_id(0), chunk = get_global_id(1);
+    const int k0 = chunk * KC, kc = min(KC, K - k0); /* a multiple of 32 */
+    const int chunks = (K + KC - 1) / KC;
+    const uint16 EVEN = (uint16)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const uint16 ODD = EVEN + 1;
+    __global const half* ar = A + (size_t)row * K + k0;
+    float16 xv[KC / 16];
+    float16 a = 0.0f;
+    for (int j = 0; j < kc / 16; ++j) {
+        xv[j] = vload_half16(j, ar);
+        a = fmax(a, fabs(xv[j]));
+    }
+    const float8 a8 = fmax(a.lo, a.hi);
+    const float4 a4 = fmax(a8.lo, a8.hi);
+    const float2 a2 = fmax(a4.lo, a4.hi);
+    const int e = max((as_int(fmax(a2.s0, a2.s1)) >> 23) - 127, -24) - 13;
+    const float inv = as_float((127 - e) << 23);
+    ((__global float*)(xq + (size_t)M * (K / 2)))[(size_t)row * chunks + chunk] = as_float((127 + e) << 23);
+    __global int* dst = xq + (size_t)row * (K / 2) + k0 / 2;
+    for (int j = 0; j < kc / 16; j += 2) {
+        /* x inv is exact; adding 1.5 2^23 rounds it to an integer, to nearest even */
+        const int16 x0 = as_int16(fma(xv[j], (float16)inv, (float16)12582912.0f)) - 0x4B400000;
+        const int16 x1 = as_int16(fma(xv[j + 1], (float16)inv, (float16)12582912.0f)) - 0x4B400000;
+        vstore16((shuffle2(x0, x1, EVEN) & 0xFFFF) | (shuffle2(x0, x1, ODD) << 16), j / 2, dst);
+    }
+}
+
+#define W4_GEMM_KERNEL(NAME, ZP)                                                                                     \
+    __kernel void NAME(__global const int* xq, __global const uchar* packed, __global const half* scales,         \
+                       __global const uchar* zeros, __global const half* bias, __global half* C, int M, int N,    \
+                       int K, int G, int has_bias, int act)                                                       \
+    {                                                                                                              \
+        __local int bq[PAIRS * TILE_COLS];                                                                         \
+        __local float ws[(KC / 32) * TILE_COLS];                                                                   \
+        __local float acc_st[TILE_ROWS * TILE_COLS];                                                               \
+        gemm_w4_vnni(xq, packed, scales, zeros, bias, C, M, N, K, G, has_bias, act, bq, ws, acc_st, ZP);           \
     }
 
 #else /* CPU shape */

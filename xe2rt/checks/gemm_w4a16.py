@@ -33,12 +33,14 @@ def _variant(queue, target: str | None) -> tuple[str | None, str]:
     return target, "native"
 
 
-def _case(m: int, n: int, k: int, g: int, symmetric: bool, *, bias: bool = False, activation=None, seed: int = 0):
+def _case(m: int, n: int, k: int, g: int, symmetric: bool, *, bias: bool = False, activation=None, seed: int = 0,
+          cpu_variant: str = "native"):
     def run(queue, target):
         import dpnp
 
         from .. import quantize_w4, targets
         from ..ops import gemm_w4a16 as op
+        from ..ops import gemv_w4a16
         from ..reference import quant as ref_quant
         rng = np.random.default_rng(seed)
         w = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
@@ -46,14 +48,22 @@ def _case(m: int, n: int, k: int, g: int, symmetric: bool, *, bias: bool = False
         a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
         b = rng.uniform(-1, 1, n).astype(np.float16) if bias else None
         chosen, variant = _variant(queue, target)
+        if chosen == "cpu":
+            variant = cpu_variant
         out, _ = op.run(dpnp.asarray(a, sycl_queue=queue), qw,
                         bias=None if b is None else dpnp.asarray(b, sycl_queue=queue), activation=activation,
                         target=chosen, variant=variant)
         got = dpnp.asnumpy(out).astype(np.float64)
         ref, pre, mag = ref_quant.gemm_w4(a, qw, bias=b, activation=activation)
         gemv = op.uses_gemv(m, b, activation)
-        fp16_weights = not gemv and targets.resolve(queue.sycl_device, chosen) in XE2
-        bound = ref_quant.gemm_w4_bound(a, pre, mag, bias=b, activation=activation, fp16_weights=fp16_weights)
+        resolved = targets.resolve(queue.sycl_device, chosen)
+        fp16_weights = not gemv and resolved in XE2
+        vnni = not gemv and op.resolve_family(variant, resolved, queue) == op.FAMILIES["vnni"]
+        bound = ref_quant.gemm_w4_bound(a, pre, mag, bias=b, activation=activation, fp16_weights=fp16_weights,
+                                        x_error=ref_quant.gemm_w4_x_error(a, qw) if vnni else None)
+        if gemv and m == 1:  # gemv_w4a16's own bound (its VNNI step rounds x too)
+            bound = np.maximum(bound, ref_quant.w4_kernel_bound(
+                a[0], qw, gemv_w4a16.program_variant(queue, chosen, None).constants)[None, :])
         if got.shape != ref.shape:
             return Result(float("inf"), 1.0, detail=f"shape {got.shape}, expected {ref.shape}")
         ratio = np.abs(got - ref) / bound
@@ -62,7 +72,8 @@ def _case(m: int, n: int, k: int, g: int, symmetric: bool, *, bias: bool = False
         detail = (f"worst at {tuple(int(i) for i in worst)}: out {got[worst]:.6g}, ref {ref[worst]:.6g}, "
                   f"bound {bound[worst]:.3g}; path {'gemv_w4a16' if gemv else variant + ' GEMM'}") if ratio.size else ""
         rule = ("fp32 accumulation: (K+1) eps32 sum|a w| + epilogue + 0.5 ulp16"
-                + (" + fp16 weights 2^-11 sum|a w| + 2^-25 sum|a|" if fp16_weights else ""))
+                + (" + fp16 weights 2^-11 sum|a w| + 2^-25 sum|a|" if fp16_weights else "")
+                + (" + fixed-point a: |a' - a| |w|" if vnni else ""))
         return Result(float(ratio.max()) if ratio.size else 0.0, 1.0, metric="max |out - ref| / bound",
                       bound_rule=rule, detail=detail)
 
@@ -95,6 +106,9 @@ def checks(quick: bool = False) -> list[Check]:
     for i, (m, n, k, g, sym, options, targets) in enumerate(cases):
         name, run = _case(m, n, k, g, sym, seed=i, **options)
         out.append(Check(FAMILY, name, run, targets))
+        if not quick and "cpu" in targets and m > 16:  # the fp32 cpu kernel where VNNI is the default
+            name, run = _case(m, n, k, g, sym, seed=i, cpu_variant="fp32", **options)
+            out.append(Check(FAMILY, name + " (fp32)", run, ("cpu",)))
     # every variant at one shape each on the cpu kernels: g32/g64/g128 x sym/zp
     for g in (32, 64, 128):
         for sym in (True, False):

@@ -18,10 +18,18 @@ N and M <= 2^24. Operands that break them are refused by name (no fallback kerne
 Geometry, CPU shape: one 16-lane packet per (RB x RM) rows x 16 NJ columns:
     global = (ceil(M / (RB RM)) * 16, ceil(N / (16 NJ))), local = (16, 1), static local memory (checked here)
 
-Variants: "native" (default) is the real thing per target: DPAS on bmg/lnl, the CPU shape on cpu. "xe2emu" runs the
-Xe2 kernels with software DPAS and 2D block reads on any device (how the Xe2 path is tested on the CPU device).
+Variants: "native" (default) is the real thing per target: DPAS on bmg/lnl, the CPU shape on cpu, and on a CPU device
+whose host has AVX512-VNNI (targets.cpu_has_avx512_vnni) the "vnni" kernels. "xe2emu" runs the Xe2 kernels with
+software DPAS and 2D block reads on any device (how the Xe2 path is tested on the CPU device); "fp32" is the cpu
+target's fp32 CPU shape even where "vnni" is the default.
+Geometry, VNNI (gemm_w4a16_vnni, built for the cpu only): launch 1 (gemm_w4a16_quantize_x) makes x 15-bit fixed
+point per row and 128-k chunk into a workspace (M K/2 ints + M ceil(K/128) scales; cached per thread and queue, a
+plan's own while binding), global (M, ceil(K / 128)); launch 2, one work-item per (RB x RM) rows x 64 columns:
+    global = (ceil(M / (RB RM)), ceil(N / 64)), local = (1, 1), static local memory (checked here)
 """
 from __future__ import annotations
+
+import threading
 
 import dpnp
 import numpy as np
@@ -37,7 +45,8 @@ from .gemv_common import check_quantized
 from .. import launch
 
 OP = "gemm_w4a16"
-FAMILIES = {"native": "gemm_w4a16", "xe2emu": "gemm_w4a16_xe2emu"}
+FAMILIES = {"native": "gemm_w4a16", "xe2emu": "gemm_w4a16_xe2emu", "vnni": "gemm_w4a16_vnni", "fp32": "gemm_w4a16"}
+VNNI_KC = 128  # gemm_w4a16.cl KC: k per x scale
 TILE_M, TILE_N, K_STEP = 32, 64, 64
 CPU_PACKET = 16
 
@@ -68,14 +77,53 @@ def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> di
 
 
 def cpu_static_slm_bytes(constants: dict) -> int:
-    """Local memory the cpu kernel declares statically (b_st, a_st, acc_st in gemm_w4a16.cl)."""
+    """Local memory the cpu kernel declares statically (b_st, a_st, acc_st in gemm_w4a16.cl; the VNNI kernel's bq,
+    ws, acc_st)."""
     rows, cols, kb = constants["RB"] * constants["RM"], 16 * constants["NJ"], constants["KB"]
+    if constants.get("VNNI_GEMM"):
+        return 4 * (VNNI_KC // 2 * 64 + VNNI_KC // 32 * 64 + rows * 64)
     return 4 * (kb * cols + rows * kb + rows * cols)
 
 
 def cpu_geometry(constants: dict, m: int, n: int) -> dict:
     rows, cols = constants["RB"] * constants["RM"], 16 * constants["NJ"]
+    if constants.get("VNNI_GEMM"):
+        return {"global": (ceil_div(m, rows), ceil_div(n, 64)), "local": (1, 1)}
     return {"global": (ceil_div(m, rows) * CPU_PACKET, ceil_div(n, cols)), "local": (CPU_PACKET, 1)}
+
+
+def vnni_workspace_ints(m: int, k: int) -> int:
+    """Ints of the VNNI kernels' x workspace: the pairs, then one scale per row and chunk."""
+    return m * (k // 2) + m * ceil_div(k, VNNI_KC)
+
+
+_per_thread = threading.local()
+
+
+def _workspace(queue, ints: int):
+    """The thread's cached VNNI workspace for `queue` (grown as needed); a fresh one while recording (a plan keeps
+    its own, so plans and direct calls never share one). Calls on one queue are ordered, so reuse is safe."""
+    if launch.is_recording():
+        return dpnp.empty(ints, dtype=np.int32, sycl_queue=queue)
+    cache = getattr(_per_thread, "workspaces", None)
+    if cache is None:
+        cache = _per_thread.workspaces = {}
+    ws = cache.get(queue)
+    if ws is None or ws.size < ints:
+        ws = cache[queue] = dpnp.empty(ints, dtype=np.int32, sycl_queue=queue)
+    return ws
+
+
+def resolve_family(variant: str, target: str, queue) -> str:
+    """The family a call runs: "native" on a CPU device with AVX512-VNNI is the VNNI one; "vnni" anywhere else
+    is refused by name."""
+    vnni_host = target == "cpu" and targets.cpu_has_avx512_vnni(queue.sycl_device)
+    if variant == "vnni" and not vnni_host:
+        raise InputError(f"{OP}: variant='vnni' needs the cpu target on a CPU device whose host has AVX512-VNNI; "
+                         f"this call's target is {target!r} on {queue.sycl_device.name!r}")
+    if variant == "fp32" and target != "cpu":
+        raise InputError(f"{OP}: variant='fp32' is the cpu target's fp32 kernel; this call's target is {target!r}")
+    return FAMILIES["vnni" if variant == "native" and vnni_host else variant]
 
 
 def _check_device_runs(variant: str, target: str, queue) -> None:
@@ -140,7 +188,7 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
         return gemv_w4a16.run(a, qw, out=out, target=target)
     chosen = targets.resolve(queue.sycl_device, target)
     _check_device_runs(variant, chosen, queue)
-    program = program_for(queue, FAMILIES[variant], chosen)
+    program = program_for(queue, resolve_family(variant, chosen, queue), chosen)
     constants = program.constants
     xe2_shape = bool(constants["XE2_SHAPE"])
     if xe2_shape and m and n and k:
@@ -165,6 +213,14 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
     args = [a, packed, scales, zeros, bias if bias is not None else c, c, m, n, k, qw.group_size,
             int(bias is not None), ACTIVATIONS[activation]]
     kernel = program.kernel(kernel_name(qw.symmetric))
+    if constants.get("VNNI_GEMM"):  # launch 1: x as fixed point into the workspace the GEMM reads
+        if k:
+            xq = _workspace(queue, vnni_workspace_ints(m, k))
+            launch.launch(program.kernel("gemm_w4a16_quantize_x"), [a, xq, m, k], (m, ceil_div(k, VNNI_KC)), (1, 1),
+                          queue)
+        else:  # K = 0: act(bias) from the empty K loop; nothing is read
+            xq = dpnp.zeros(1, dtype=np.int32, sycl_queue=queue)
+        args[0] = xq
     if xe2_shape:
         geo = xe2_geometry(constants, targets.hw_threads(queue.sycl_device, program.target), m, n, k)
         args.append(max(1, geo["slm_floats"]))

@@ -47,19 +47,35 @@ def gemv_w8(x, qw) -> np.ndarray:
     return (np.asarray(host.qweight).astype(np.float64) @ x) * np.asarray(host.scales).astype(np.float64)
 
 
-def vnni_x(x) -> np.ndarray:
-    """x as the VNNI kernels (gemv_w4a16_vnni, WIDE_STEP 2) read it: over every whole 128-k step, rounded to nearest
-    even at a multiple of sx = 2^(e - 13), e = floor(log2(max |x| of the step)) (at least -24); the tail past the
-    last whole step as it is (the per-group path reads it in fp32)."""
-    x = np.asarray(x, dtype=np.float64).reshape(-1).copy()
-    steps = x.size // 128
+def _fixed_point(xs: np.ndarray) -> np.ndarray:
+    """Each row of xs rounded to nearest even at a multiple of sx = 2^(e - 13), e = floor(log2(max |row|)) (at
+    least -24, fp16's smallest exponent)."""
+    m = np.abs(xs).max(axis=-1, keepdims=True)
+    e = np.where(m > 0, np.floor(np.log2(np.where(m > 0, m, 1.0))), -24.0)
+    sx = np.exp2(np.maximum(e, -24.0) - 13.0)
+    return np.round(xs / sx) * sx
+
+
+def vnni_x(x, *, tail: bool = False) -> np.ndarray:
+    """x as the VNNI kernels read it, per 128-k chunk in 15-bit fixed point (_fixed_point). gemv_w4a16_vnni
+    (WIDE_STEP 2) rounds every whole 128-k step and reads the tail past the last one as it is (its per-group fp32
+    path); gemm_w4a16_vnni rounds the shorter last chunk too (`tail=True`), with its own scale. x [K] or [M, K]."""
+    x = np.array(x, dtype=np.float64)
+    k = x.shape[-1]
+    steps = k // 128
     if steps:
-        xs = x[:steps * 128].reshape(steps, 128)
-        m = np.abs(xs).max(axis=1)
-        e = np.where(m > 0, np.floor(np.log2(np.where(m > 0, m, 1.0))), -24.0)
-        sx = np.exp2(np.maximum(e, -24.0) - 13.0)[:, None]
-        x[:steps * 128] = (np.round(xs / sx) * sx).reshape(-1)
+        head = x[..., :steps * 128]
+        x[..., :steps * 128] = _fixed_point(head.reshape(*head.shape[:-1], steps, 128)).reshape(head.shape)
+    if tail and k % 128:
+        x[..., steps * 128:] = _fixed_point(x[..., steps * 128:])
     return x
+
+
+def gemm_w4_x_error(a, qw) -> np.ndarray:
+    """|vnni_x(a, tail=True) - a| @ |W|^T: how far the VNNI GEMM's fixed-point a can move each output."""
+    a64 = np.asarray(a, dtype=np.float64)
+    w = np.abs(np.asarray(qw.to_host().dequantize(np.float64), dtype=np.float64))
+    return np.abs(vnni_x(a64, tail=True) - a64) @ w.T
 
 
 def w4_kernel_bound(x, qw, constants: dict) -> np.ndarray:
@@ -143,14 +159,19 @@ def gemm_w4(a, qw, *, bias=None, activation=None) -> tuple[np.ndarray, np.ndarra
     return gemm.epilogue(pre, bias, activation), pre, mag
 
 
-def gemm_w4_bound(a, pre, mag, *, bias=None, activation=None, fp16_weights: bool) -> np.ndarray:
+def gemm_w4_bound(a, pre, mag, *, bias=None, activation=None, fp16_weights: bool, x_error=None) -> np.ndarray:
     """Elementwise bound on |out - gemm_w4| (reference.gemm.error_bound_from, K + 1 terms deep: the fp32 kernels'
     exact weights (q - z) s, up to 16 significant bits, times an fp16 a may round once more per product), plus, when
     the kernel rounds each weight to fp16 before multiplying (the Xe2 DPAS operand), half an fp16 ulp of every weight:
-    2^-11 sum_k |a w| + 2^-25 sum_k |a| (fp16 subnormal weights: an absolute 2^-25)."""
+    2^-11 sum_k |a w| + 2^-25 sum_k |a| (fp16 subnormal weights: an absolute 2^-25). `x_error`
+    (gemm_w4_x_error, the VNNI kernels): the products are of a fixed-point a within that of a, which adds to the
+    operand error and to the magnitudes the fp32 terms scale with (the integer dot products themselves are exact)."""
     from . import gemm
     k = np.shape(a)[1]
     extra = 0.0
     if fp16_weights:
         extra = 2.0**-11 * mag + 2.0**-25 * np.abs(np.asarray(a, dtype=np.float64)).sum(axis=1, keepdims=True)
+    if x_error is not None:
+        extra = extra + x_error
+        mag = mag + x_error
     return gemm.error_bound_from(pre, mag, k + 1, bias=bias, activation=activation, operand_error=extra)
