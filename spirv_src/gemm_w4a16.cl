@@ -213,6 +213,8 @@ INLINE void gemm_w4_xe2(__global const half* A, __global const uchar* packed, __
 
 #elif VNNI_GEMM /* CPU shape for hosts with AVX512-VNNI (variant gemm_w4a16_vnni) */
 
+#include "w4_cpu.h" /* fixed_point_exponent, fixed_point */
+
 /* AVX512-VNNI vpdpwssd: per 32-bit lane, acc + a.lo16 b.lo16 + a.hi16 b.hi16 (signed). Declared by its LLVM
  * intrinsic name (see w4_cpu.h's vnni_dpbusd): only binaries for hosts with AVX512-VNNI may call it. */
 int16 vnni_dpwssd(int16 acc, int16 a, int16 b) __asm__("llvm.x86.avx512.vpdpwssd.512");
@@ -339,8 +341,7 @@ INLINE void gemm_w4_vnni(__global const int* xq, __global const uchar* packed, _
 
 /* x [M, K] as the GEMM's fixed point, once per call (launch 1): one work-item per (row, KC-k chunk), global
  * (M, ceil(K / KC)), local (1, 1). xq: M x K/2 ints, (xi_k & 0xFFFF) | xi_k+1 << 16 for k pairs, then M x chunks
- * float scales sx (as gemv_w4a16's VNNI step: xi = rte(x / sx), sx = 2^(e - 13) with e the exponent of the chunk's
- * largest |x|, at least -24). */
+ * float scales sx (w4_cpu.h's fixed_point, as gemv_w4a16's VNNI step). */
 __kernel void gemm_w4a16_quantize_x(__global const half* A, __global int* xq, int M, int K)
 {
     const int row = get_global_id(0), chunk = get_global_id(1);
@@ -355,17 +356,11 @@ __kernel void gemm_w4a16_quantize_x(__global const half* A, __global int* xq, in
         xv[j] = vload_half16(j, ar);
         a = fmax(a, fabs(xv[j]));
     }
-    const float8 a8 = fmax(a.lo, a.hi);
-    const float4 a4 = fmax(a8.lo, a8.hi);
-    const float2 a2 = fmax(a4.lo, a4.hi);
-    const int e = max((as_int(fmax(a2.s0, a2.s1)) >> 23) - 127, -24) - 13;
-    const float inv = as_float((127 - e) << 23);
+    const int e = fixed_point_exponent(a);
     ((__global float*)(xq + (size_t)M * (K / 2)))[(size_t)row * chunks + chunk] = as_float((127 + e) << 23);
     __global int* dst = xq + (size_t)row * (K / 2) + k0 / 2;
     for (int j = 0; j < kc / 16; j += 2) {
-        /* x inv is exact; adding 1.5 2^23 rounds it to an integer, to nearest even */
-        const int16 x0 = as_int16(fma(xv[j], (float16)inv, (float16)12582912.0f)) - 0x4B400000;
-        const int16 x1 = as_int16(fma(xv[j + 1], (float16)inv, (float16)12582912.0f)) - 0x4B400000;
+        const int16 x0 = fixed_point(xv[j], e), x1 = fixed_point(xv[j + 1], e);
         vstore16((shuffle2(x0, x1, EVEN) & 0xFFFF) | (shuffle2(x0, x1, ODD) << 16), j / 2, dst);
     }
 }

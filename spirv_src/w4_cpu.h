@@ -76,9 +76,27 @@ INLINE float16 lanes_uchar(__global const uchar* p, int g0, const int G)
  * could not compile them. */
 int16 vnni_dpbusd(int16 acc, uint16 a, int16 b) __asm__("llvm.x86.avx512.vpdpbusd.512");
 
-/* x[k0 .. k0 + 127] for vnni_dpbusd, stored at q (XQ_STRIDE ints): xi = rte(x / sx), sx = 2^(e - 13) with e the
- * exponent of the step's largest |x| (at least -24, fp16's smallest), so |xi| < 2^14 and every element within 2^3 of
- * the largest is exact (the others are rounded to a multiple of sx). xi = 256 hi + lo with signed bytes lo in
+/* The VNNI kernels' fixed point for x (gemv_w4a16_vnni here, gemm_w4a16_vnni's launch 1): sx = 2^s, s = e - 13 with e
+ * the exponent of the chunk's largest |x| (the largest lane of absmax), at least -24 (fp16's smallest), so every
+ * |x / sx| < 2^14 and every element within 2^3 of the largest is a multiple of sx. */
+INLINE int fixed_point_exponent(float16 absmax)
+{
+    const float8 a8 = fmax(absmax.lo, absmax.hi);
+    const float4 a4 = fmax(a8.lo, a8.hi);
+    const float2 a2 = fmax(a4.lo, a4.hi);
+    return max((as_int(fmax(a2.s0, a2.s1)) >> 23) - 127, -24) - 13;
+}
+
+/* rte(x / 2^s): x 2^-s is exact, and adding 1.5 2^23 rounds it to an integer, to nearest even (|x 2^-s| < 2^22; no
+ * library call) */
+INLINE int16 fixed_point(float16 x, int s)
+{
+    return as_int16(fma(x, (float16)as_float((127 - s) << 23), (float16)12582912.0f)) - 0x4B400000;
+}
+
+/* x[k0 .. k0 + 127] for vnni_dpbusd, stored at q (XQ_STRIDE ints): xi = rte(x / sx) (fixed_point_exponent), so
+ * |xi| < 2^14 and every element within 2^3 of the largest is exact (the others are rounded to a multiple of sx).
+ * xi = 256 hi + lo with signed bytes lo in
  * [-128, 127], hi in [-64, 64], laid out as the packed codes: lane i byte j of the even rows holds k = k0 + 8 i + 2 j,
  * of the odd rows k + 1. q: 16 ints each of even hi, odd hi, even lo, odd lo, the lane sums of xi, then sx. */
 INLINE void x_int8_parts(__global const half* x, int k0, __local int* q)
@@ -87,15 +105,10 @@ INLINE void x_int8_parts(__global const half* x, int k0, __local int* q)
     x_phases(x, k0, X); /* X[t] lane i = x[k0 + 8 i + t] */
     float16 a = fmax(fmax(fabs(X[0]), fabs(X[1])), fmax(fabs(X[2]), fabs(X[3])));
     a = fmax(a, fmax(fmax(fabs(X[4]), fabs(X[5])), fmax(fabs(X[6]), fabs(X[7]))));
-    const float8 a8 = fmax(a.lo, a.hi);
-    const float4 a4 = fmax(a8.lo, a8.hi);
-    const float2 a2 = fmax(a4.lo, a4.hi);
-    const int e = max((as_int(fmax(a2.s0, a2.s1)) >> 23) - 127, -24) - 13;
-    const float inv = as_float((127 - e) << 23);
+    const int e = fixed_point_exponent(a);
     int16 hi[8], lo[8], sum = 0;
     for (int t = 0; t < 8; ++t) {
-        /* x inv is exact; adding 1.5 2^23 rounds it to an integer, to nearest even (no library call) */
-        const int16 xi = as_int16(fma(X[t], (float16)inv, (float16)12582912.0f)) - 0x4B400000;
+        const int16 xi = fixed_point(X[t], e);
         lo[t] = ((xi + 128) & 255) - 128;
         hi[t] = (xi - lo[t]) >> 8;
         sum += xi;
@@ -105,7 +118,7 @@ INLINE void x_int8_parts(__global const half* x, int k0, __local int* q)
     vstore16((lo[0] & 255) | ((lo[2] & 255) << 8) | ((lo[4] & 255) << 16) | (lo[6] << 24), 2, q);
     vstore16((lo[1] & 255) | ((lo[3] & 255) << 8) | ((lo[5] & 255) << 16) | (lo[7] << 24), 3, q);
     vstore16(sum, 4, q);
-    q[80] = (127 + e) << 23; /* sx */
+    q[80] = (127 + e) << 23; /* sx as float bits */
 }
 
 #endif

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import dpctl
+import dpnp
 
-from .. import artifacts, module, targets
+from .. import artifacts, launch, module, targets
 from ..config import XE2_TARGETS
 
 
@@ -66,3 +68,22 @@ def xe2_tile_grid(constants: dict, hw_threads: int, tiles_m: int, tiles_n: int, 
     local = (sgs_n * 16, sgs_m, slices)
     global_ = (ceil_div(tiles_n, sgs_n) * local[0], ceil_div(tiles_m, sgs_m) * sgs_m, slices)
     return {"slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}
+
+
+_per_thread = threading.local()
+
+
+def workspace(owner: str, queue: dpctl.SyclQueue, n: int, dtype):
+    """Device scratch of at least n elements of dtype for `owner`'s launches on `queue`: the thread's cached array
+    (grown as needed; calls of one thread on one queue are ordered, so they may share it, and other threads have
+    their own), or a fresh one while recording, so that a plan (xe2rt.bind) keeps its own and plans and direct calls
+    never share one."""
+    if launch.is_recording():
+        return dpnp.empty(n, dtype=dtype, sycl_queue=queue)
+    cache = getattr(_per_thread, "workspaces", None)
+    if cache is None:
+        cache = _per_thread.workspaces = {}
+    ws = cache.get((owner, queue))
+    if ws is None or ws.size < n:
+        ws = cache[(owner, queue)] = dpnp.empty(n, dtype=dtype, sycl_queue=queue)
+    return ws

@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import math
 import operator
-import threading
 
 import dpnp
 import numpy as np
 
 from .. import fastcall, launch, targets, validate
 from ..errors import InputError, InputTypeError
-from .common import ceil_div, is_xe2, program_for
+from .common import ceil_div, is_xe2, program_for, workspace
 
 OP = "decode_attention"
 FAMILY = "decode_attention"
@@ -180,7 +179,6 @@ def _with_workspace(q, k_cache, v_cache, length, workspace, *, scale=None, out=N
 
 
 _cached_op = fastcall.cached(_with_workspace)
-_per_thread = threading.local()
 
 
 def _workspace_for(q):
@@ -189,17 +187,7 @@ def _workspace_for(q):
     u = validate.usm_view(q)
     if u is None or u.ndim != 2 or u.dtype != np.float16 or u.shape[1] not in HEAD_DIMS or not 1 <= u.shape[0] <= 4096:
         return None
-    need = workspace_floats(MAX_SPLITS, u.shape[0], u.shape[1])
-    queue = u.sycl_queue
-    if launch.is_recording():
-        return dpnp.empty(need, dtype=np.float32, sycl_queue=queue)
-    cache = getattr(_per_thread, "workspaces", None)
-    if cache is None:
-        cache = _per_thread.workspaces = {}
-    ws = cache.get(queue)
-    if ws is None or ws.size < need:
-        ws = cache[queue] = dpnp.empty(need, dtype=np.float32, sycl_queue=queue)
-    return ws
+    return workspace(OP, u.sycl_queue, workspace_floats(MAX_SPLITS, u.shape[0], u.shape[1]), np.float32)
 
 
 def decode_attention(q, k_cache, v_cache, length: int, *, scale: float | None = None, out=None,

@@ -29,8 +29,6 @@ plan's own while binding), global (M, ceil(K / 128)); launch 2, one work-item pe
 """
 from __future__ import annotations
 
-import threading
-
 import dpnp
 import numpy as np
 
@@ -38,7 +36,7 @@ from .. import _compat, targets, validate
 from ..errors import InputError, LaunchLimitError, TargetError
 from ..quant import QuantizedW4
 from . import gemv_w4a16
-from .common import ceil_div, is_xe2, program_for, xe2_tile_grid
+from .common import ceil_div, is_xe2, program_for, workspace, xe2_tile_grid
 from .gemm_fp16 import ACTIVATIONS, MAX_DIM, block2d_rule_breaks
 from .gemv_common import MAX_M as GEMV_MAX_M
 from .gemv_common import check_quantized
@@ -95,23 +93,6 @@ def cpu_geometry(constants: dict, m: int, n: int) -> dict:
 def vnni_workspace_ints(m: int, k: int) -> int:
     """Ints of the VNNI kernels' x workspace: the pairs, then one scale per row and chunk."""
     return m * (k // 2) + m * ceil_div(k, VNNI_KC)
-
-
-_per_thread = threading.local()
-
-
-def _workspace(queue, ints: int):
-    """The thread's cached VNNI workspace for `queue` (grown as needed); a fresh one while recording (a plan keeps
-    its own, so plans and direct calls never share one). Calls on one queue are ordered, so reuse is safe."""
-    if launch.is_recording():
-        return dpnp.empty(ints, dtype=np.int32, sycl_queue=queue)
-    cache = getattr(_per_thread, "workspaces", None)
-    if cache is None:
-        cache = _per_thread.workspaces = {}
-    ws = cache.get(queue)
-    if ws is None or ws.size < ints:
-        ws = cache[queue] = dpnp.empty(ints, dtype=np.int32, sycl_queue=queue)
-    return ws
 
 
 def resolve_family(variant: str, target: str, queue) -> str:
@@ -215,7 +196,7 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
     kernel = program.kernel(kernel_name(qw.symmetric))
     if constants.get("VNNI_GEMM"):  # launch 1: x as fixed point into the workspace the GEMM reads
         if k:
-            xq = _workspace(queue, vnni_workspace_ints(m, k))
+            xq = workspace(OP, queue, vnni_workspace_ints(m, k), np.int32)
             launch.launch(program.kernel("gemm_w4a16_quantize_x"), [a, xq, m, k], (m, ceil_div(k, VNNI_KC)), (1, 1),
                           queue)
         else:  # K = 0: act(bias) from the empty K loop; nothing is read
