@@ -15,12 +15,10 @@ def warmup(queue: dpctl.SyclQueue | None = None, families=None, *, target: str |
     dpctl's default queue). Returns the seconds each family took."""
     queue = queue if queue is not None else dpctl.SyclQueue()
     chosen = targets.resolve(queue.sycl_device, target)
-    entries = [entry for entry in artifacts.manifest()["artifacts"].values() if entry["target"] == chosen]
-    shipped = sorted(entry["family"] for entry in entries)
-    if families is None:  # every family this device can run (not the AVX512-VNNI ones on other CPUs)
-        runs = targets.cpu_has_avx512_vnni(queue.sycl_device)
-        families = [entry["family"] for entry in sorted(entries, key=lambda e: e["family"])
-                    if runs or not entry.get("constants", {}).get(module.VNNI_CONSTANT)]
+    shipped = sorted(entry["family"] for entry in artifacts.manifest()["artifacts"].values()
+                     if entry["target"] == chosen)
+    if families is None:
+        families = runnable_families(queue, chosen)
     elif isinstance(families, str):
         families = [families]
     unknown = sorted(set(families) - set(shipped))
@@ -33,3 +31,11 @@ def warmup(queue: dpctl.SyclQueue | None = None, families=None, *, target: str |
         artifacts.load(queue, chosen, family).build_all()
         seconds[family] = time.perf_counter() - start
     return seconds
+
+
+def runnable_families(queue: dpctl.SyclQueue, target: str) -> list[str]:
+    """The shipped families of `target` that the queue's device can run: all of them but, on a CPU without
+    AVX512-VNNI, the *_vnni ones (their binaries carry the constant module.VNNI_CONSTANT)."""
+    vnni = targets.cpu_has_avx512_vnni(queue.sycl_device)
+    return sorted(entry["family"] for entry in artifacts.manifest()["artifacts"].values()
+                  if entry["target"] == target and (vnni or not entry.get("constants", {}).get(module.VNNI_CONSTANT)))
