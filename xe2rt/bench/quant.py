@@ -110,8 +110,10 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         nbytes = w4_bytes(n, k, GROUP, True)
         copies = ctx.copies_for(host.nbytes)
         pool = _w4_pool(ctx, host, copies)
-        default = w4_op.program_variant(ctx.queue, ctx.target, None).constants["DEQUANT_MAGIC"]
-        variants = ["magic", "plain"] if default else ["plain", "magic"]
+        chosen = w4_op.program_variant(ctx.queue, ctx.target, None)
+        variants = ["magic", "plain"] if chosen.constants["DEQUANT_MAGIC"] else ["plain", "magic"]
+        if chosen.name == w4_op.VNNI_FAMILY:  # the default on CPUs with AVX512-VNNI, before the fp32 variants
+            variants.insert(0, "vnni")
         timed = []
         for dq in variants:
             seconds = ctx.time_events(lambda i: w4_op.run(x, pool[i % copies], out=y, dequant=dq)[1])
@@ -120,11 +122,12 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         alt = ctx.time_wall(lambda i: dpnp_dequant_matvec_w4(pool[i % copies], x32), warmup=1)
         del pool
         for dq, seconds, wall, read_gbps in timed:
-            name = {"magic": "bias", "plain": "plain"}[dq]
+            name = {"magic": "bias", "plain": "plain", "vnni": "vnni"}[dq]
             tag = "default" if dq == variants[0] else "other"
+            how = {"magic": "bias correction", "plain": "per-element", "vnni": "AVX512-VNNI integer dot products"}[dq]
             results.append(Result("gemv_w4a16", f"{n}x{k} g{GROUP}", f"{ctx.target}:{name}", seconds, wall,
                                   bytes=nbytes, flops=2 * n * k, alternative="dpnp deq f32+matvec", alt_seconds=alt,
-                                  note=f"{tag} dequant ({'bias correction' if dq == 'magic' else 'per-element'}); "
+                                  note=f"{tag} dequant ({how}); "
                                        f"int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; pool {copies} copies",
                                   read_gbps=read_gbps))
 
@@ -137,7 +140,8 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         seconds = ctx.time_events(lambda i: w4_op.run(x, pool[i % copies], out=y)[1])
         wall = ctx.time_wall(lambda i: w4_op.gemv_w4a16(x, pool[i % copies], out=y))
         del pool
-        results.append(Result("gemv_w4a16", f"{n}x{k} g{g}zp", f"{ctx.target}:{'bias' if default else 'plain'}",
+        default = {"magic": "bias", "plain": "plain", "vnni": "vnni"}[variants[0]]
+        results.append(Result("gemv_w4a16", f"{n}x{k} g{g}zp", f"{ctx.target}:{default}",
                               seconds, wall, bytes=w4_bytes(n, k, g, False), flops=2 * n * k,
                               note=f"default dequant; int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; "
                                    f"pool {copies} copies", read_gbps=ctx.last_read_gbps))

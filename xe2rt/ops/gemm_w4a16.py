@@ -160,8 +160,10 @@ def check_inputs(a, qw, bias, activation, out):
     return queue, m, n, k
 
 
-def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = None, variant: str = "native"):
-    """Validate, launch, and return (out, event); event is None when nothing needed launching."""
+def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = None, variant: str = "native",
+        events: list | None = None):
+    """Validate, launch, and return (out, event); event is None when nothing needed launching. `events`, a list,
+    receives the event of every launch (the VNNI kernels make two), for timing."""
     if variant not in FAMILIES:
         raise InputError(f"{OP}: variant must be one of {sorted(FAMILIES)}, got {variant!r}")
     queue, m, n, k = check_inputs(a, qw, bias, activation, out)
@@ -197,8 +199,10 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
     if constants.get("VNNI_GEMM"):  # launch 1: x as fixed point into the workspace the GEMM reads
         if k:
             xq = workspace(OP, queue, vnni_workspace_ints(m, k), np.int32)
-            launch.launch(program.kernel("gemm_w4a16_quantize_x"), [a, xq, m, k], (m, ceil_div(k, VNNI_KC)), (1, 1),
-                          queue)
+            first = launch.launch(program.kernel("gemm_w4a16_quantize_x"), [a, xq, m, k], (m, ceil_div(k, VNNI_KC)),
+                                  (1, 1), queue)
+            if events is not None:
+                events.append(first)
         else:  # K = 0: act(bias) from the empty K loop; nothing is read
             xq = dpnp.zeros(1, dtype=np.int32, sycl_queue=queue)
         args[0] = xq
@@ -208,6 +212,8 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
     else:
         geo = cpu_geometry(constants, m, n)
     event = launch.launch(kernel, args, geo["global"], geo["local"], queue)
+    if events is not None:
+        events.append(event)
     return c, event
 
 
