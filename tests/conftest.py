@@ -23,6 +23,14 @@ def rng():
     return np.random.default_rng(1234)
 
 
+def skip_unless_vnni(queue):
+    """Skip where the *_vnni kernels cannot run (xe2rt.targets.cpu_has_avx512_vnni), saying why."""
+    from xe2rt import targets
+    if not targets.cpu_has_avx512_vnni(queue.sycl_device):
+        pytest.skip("the VNNI kernels run on CPUs with AVX512-VNNI; this host's /proc/cpuinfo has no avx512_vnni "
+                    "(or CL_CONFIG_CPU_TARGET_ARCH is set)")
+
+
 def to_device(a, queue):
     return dpnp.asarray(a, sycl_queue=queue)
 

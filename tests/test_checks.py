@@ -4,7 +4,9 @@ gemm_fp16 and softmax_topk checks are subsets of tests/test_gemm_fp16.py's and t
 references and bounds), run here in their quick form so the selftest's modules stay proven."""
 import pytest
 
-from xe2rt import checks, targets
+from xe2rt import checks
+
+from conftest import skip_unless_vnni
 
 FULL = ["gemv_fp16", "gemv_w8a16", "gemv_w4a16", "moe_ffn_w4a16"]
 CASES = [(c, t) for f in FULL for c in checks.checks_of(f) for t in c.targets]
@@ -16,9 +18,8 @@ def run(queue, check, target):
     if check.native_xe2:
         pytest.skip("needs the real DPAS / 2D block IO built-ins of an Xe2 GPU; the CPU device has neither "
                     "(the same kernels run here through the software built-ins: the xe2emu cases)")
-    if check.cpu_vnni and not targets.cpu_has_avx512_vnni(queue.sycl_device):
-        pytest.skip("needs a CPU with AVX512-VNNI (the gemv_w4a16_vnni binary); this host's /proc/cpuinfo has no "
-                    "avx512_vnni or CL_CONFIG_CPU_TARGET_ARCH is set")
+    if check.cpu_vnni:
+        skip_unless_vnni(queue)
     result = check.run(queue, target)
     assert result.passed, f"{check} on {target}: {result.describe()}"
 

@@ -5,12 +5,11 @@ import pytest
 
 import dpnp
 import xe2rt
-from xe2rt import targets
 from xe2rt.ops import gemv_w4a16 as op
 from xe2rt.quant import QuantizedW4
 from xe2rt.reference import quant as ref_q
 
-from conftest import TARGETS, to_device
+from conftest import TARGETS, skip_unless_vnni, to_device
 
 GROUPS = [32, 64, 128]
 VARIANTS = ["magic", "plain"]
@@ -63,18 +62,13 @@ def test_w4_seed000_rule_against_unquantized(queue, rng, target, n, k, group_siz
     assert ref_q.seed000_failures(y, exact).size == 0
 
 
-def skip_unless_vnni(queue, target, dequant):
-    if dequant == "vnni" and not targets.cpu_has_avx512_vnni(queue.sycl_device):
-        pytest.skip("the VNNI kernels run on CPUs with AVX512-VNNI; this host's /proc/cpuinfo has no avx512_vnni "
-                    "(or CL_CONFIG_CPU_TARGET_ARCH is set)")
-
-
 @pytest.mark.parametrize("target,dequant", [(t, d) for t in TARGETS for d in VARIANTS] + [("cpu", "vnni")])
 def test_w4_dequant_identity_exhaustive_in_kernel(queue, target, dequant):
     """Row 16 z + q has every code equal to q and zero point z (all 16 x 16 pairs), scale 1. x is nonzero at
     k = 0, 1 (block-read path on Xe2) and at k = 1024, 1025 (tail path), with values whose products and sums are exact
     in fp32, so y must equal the float64 reference rounded once to fp16, bit for bit."""
-    skip_unless_vnni(queue, target, dequant)
+    if dequant == "vnni":
+        skip_unless_vnni(queue)
     k, g = 1056, 32
     q = np.repeat(np.arange(16, dtype=np.uint8)[None, :], 16, axis=0).reshape(-1)  # row r: q = r % 16
     z = np.repeat(np.arange(16, dtype=np.uint8), 16)  # row r: z = r // 16
@@ -108,7 +102,7 @@ def test_w4_vnni_fixed_point_x(queue, rng, symmetric):
     step the small elements are rounded to the step's grid, and the derived bound (which adds sum |w| |x' - x|) must
     still hold; an x whose every step is within 2^3 of its largest element is read exactly, so the result is within
     the fp32-accumulation bound of the exact x alone."""
-    skip_unless_vnni(queue, "cpu", "vnni")
+    skip_unless_vnni(queue)
     n, k = 300, 2048 + 96  # 16 whole steps and a per-group tail
     qw = random_qw(rng, n, k, 32, symmetric, queue)
     x = (rng.standard_normal(k) * 1e-2).astype(np.float16)

@@ -35,7 +35,6 @@ from . import _compat, launch, module
 from .launch import _recording
 
 _SCALAR_TYPES = frozenset((int, float, str, bool, type(None)))
-ALIGNMENT = launch.ALIGNMENT
 MAX_ENTRIES = 1024
 _UNCACHEABLE = object()
 _environ_get = _compat.environ_get

@@ -9,6 +9,7 @@ import dpnp
 
 from .. import artifacts, launch, module, targets
 from ..config import XE2_TARGETS
+from ..errors import InputError
 
 
 _programs: dict = {}
@@ -68,6 +69,17 @@ def xe2_tile_grid(constants: dict, hw_threads: int, tiles_m: int, tiles_n: int, 
     local = (sgs_n * 16, sgs_m, slices)
     global_ = (ceil_div(tiles_n, sgs_n) * local[0], ceil_div(tiles_m, sgs_m) * sgs_m, slices)
     return {"slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}
+
+
+
+def vnni_available(op: str, option: str, requested: bool, target: str, queue: dpctl.SyclQueue) -> bool:
+    """Whether a call on `target` and the queue's device can run the *_vnni kernels (targets.cpu_has_avx512_vnni);
+    a call that asked for them (`requested`, by `option`, e.g. "dequant='vnni'") where they cannot is refused."""
+    available = target == "cpu" and targets.cpu_has_avx512_vnni(queue.sycl_device)
+    if requested and not available:
+        raise InputError(f"{op}: {option} needs the cpu target on a CPU device whose host has AVX512-VNNI; this "
+                         f"call's target is {target!r} on {queue.sycl_device.name!r}")
+    return available
 
 
 _per_thread = threading.local()

@@ -36,7 +36,7 @@ from .. import _compat, targets, validate
 from ..errors import InputError, LaunchLimitError, TargetError
 from ..quant import QuantizedW4
 from . import gemv_w4a16
-from .common import ceil_div, is_xe2, program_for, workspace, xe2_tile_grid
+from .common import ceil_div, is_xe2, program_for, vnni_available, workspace, xe2_tile_grid
 from .gemm_fp16 import ACTIVATIONS, MAX_DIM, block2d_rule_breaks
 from .gemv_common import MAX_M as GEMV_MAX_M
 from .gemv_common import check_quantized
@@ -98,10 +98,7 @@ def vnni_workspace_ints(m: int, k: int) -> int:
 def resolve_family(variant: str, target: str, queue) -> str:
     """The family a call runs: "native" on a CPU device with AVX512-VNNI is the VNNI one; "vnni" anywhere else
     is refused by name."""
-    vnni_host = target == "cpu" and targets.cpu_has_avx512_vnni(queue.sycl_device)
-    if variant == "vnni" and not vnni_host:
-        raise InputError(f"{OP}: variant='vnni' needs the cpu target on a CPU device whose host has AVX512-VNNI; "
-                         f"this call's target is {target!r} on {queue.sycl_device.name!r}")
+    vnni_host = vnni_available(OP, "variant='vnni'", variant == "vnni", target, queue)
     if variant == "fp32" and target != "cpu":
         raise InputError(f"{OP}: variant='fp32' is the cpu target's fp32 kernel; this call's target is {target!r}")
     return FAMILIES["vnni" if variant == "native" and vnni_host else variant]

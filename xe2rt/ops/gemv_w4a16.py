@@ -16,10 +16,10 @@ rounded to a multiple of 2^-14 of its step's largest |x| (elements within 2^3 of
 """
 from __future__ import annotations
 
-from .. import launch, targets
+from .. import launch
 from ..errors import InputError
 from ..quant import QuantizedW4
-from .common import program_for
+from .common import program_for, vnni_available
 from .gemv_common import check_decode_inputs, check_quantized, geometry, launch_args, output
 from .gemv_common import kernel_name as batched_name
 
@@ -40,10 +40,7 @@ def program_variant(queue, target: str | None, dequant: str | None, m: int = 1):
     if dequant is not None and dequant not in DEQUANT_NAMES:
         raise InputError(f"{OP}: dequant must be None, 'magic', 'plain' or 'vnni', got {dequant!r}")
     program = program_for(queue, FAMILIES[0], target)
-    vnni = program.target == "cpu" and targets.cpu_has_avx512_vnni(queue.sycl_device)
-    if dequant == "vnni" and not vnni:
-        raise InputError(f"{OP}: dequant='vnni' needs the cpu target on a CPU device whose host has AVX512-VNNI; "
-                         f"this call's target is {program.target!r} on {queue.sycl_device.name!r}")
+    vnni = vnni_available(OP, "dequant='vnni'", dequant == "vnni", program.target, queue)
     if vnni and dequant in (None, "vnni") and m == 1:
         return program_for(queue, VNNI_FAMILY, "cpu")
     if dequant is None or program.constants["DEQUANT_MAGIC"] == DEQUANT[dequant]:
