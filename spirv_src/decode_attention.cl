@@ -40,7 +40,16 @@
 #define SPLIT_PARAMS __global const half* q, __global const half* k_cache, __global const half* v_cache, \
                      __global float* ws, __global half* out, int G, int Hq, int S, int max_tokens, int length, \
                      int chunk, float qscale, int direct
+#define SPLIT_ARGS q, k_cache, v_cache, ws, out, G, Hq, S, max_tokens, length, chunk, qscale, direct
 #define REDUCE_PARAMS __global const float* ws, __global half* out, int Hq, int S
+/* decode_attention_at_d<D>: the length is length_at[0] when the kernel runs (so one bound launch serves every decode
+ * step), clamped to [1, max_length]; the chunk follows from it as the Python split rule computes it from an int. */
+#define SPLIT_AT_PARAMS __global const half* q, __global const half* k_cache, __global const half* v_cache, \
+                        __global float* ws, __global half* out, int G, int Hq, int S, int max_tokens, \
+                        __global const int* length_at, int max_length, float qscale, int direct
+#define SPLIT_AT_LENGTH \
+    const int length = clamp(length_at[0], 1, max_length); \
+    const int chunk = ((length + S - 1) / S + BT - 1) / BT * BT
 
 #if XE2RT_XE2
 /* One step of the transposing butterfly that turns 16 per-lane partial dots (one per token) into 16 scores, token t's

@@ -1,5 +1,6 @@
 /* The decode-attention kernels for one head_dim, included by decode_attention.cl once per D (64, 128); the
- * decomposition is described there. Kernels: decode_attention_d<D> (one work-group per (kv head, split)) and
+ * decomposition is described there. Kernels: decode_attention_d<D> (one work-group per (kv head, split); the length
+ * and chunk as arguments), decode_attention_at_d<D> (the same, the length read from device memory when it runs) and
  * decode_attention_reduce_d<D> (the merge of the S partials of each query head). */
 #if BT != 16
 #error "BT must be 16: a block of tokens is one sub-group (Xe2) or one float16 of scores (cpu)"
@@ -36,8 +37,7 @@ INLINE float vdot4(float4 a, float4 b)
 }
 #endif
 
-XE2RT_REQD_SUB_GROUP_SIZE(16)
-__kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
+INLINE void PASTE(split_xe2_d, D)(SPLIT_PARAMS)
 {
     const int lane = get_sub_group_local_id();
     const int g0 = get_sub_group_id() * GH;
@@ -130,6 +130,12 @@ __kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
         }
     }
 }
+
+XE2RT_REQD_SUB_GROUP_SIZE(16)
+__kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS) { PASTE(split_xe2_d, D)(SPLIT_ARGS); }
+
+XE2RT_REQD_SUB_GROUP_SIZE(16)
+__kernel void PASTE(decode_attention_at_d, D)(SPLIT_AT_PARAMS) { SPLIT_AT_LENGTH; PASTE(split_xe2_d, D)(SPLIT_ARGS); }
 
 /* One sub-group per query head. */
 XE2RT_REQD_SUB_GROUP_SIZE(16)
@@ -284,7 +290,7 @@ INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, __global const hal
     }
 }
 
-__kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
+INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
 {
     const int item = get_global_id(0);
     const int split = item % S, kvh = item / S;
@@ -366,6 +372,10 @@ __kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS)
         }
     }
 }
+
+__kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS) { PASTE(split_cpu_d, D)(SPLIT_ARGS); }
+
+__kernel void PASTE(decode_attention_at_d, D)(SPLIT_AT_PARAMS) { SPLIT_AT_LENGTH; PASTE(split_cpu_d, D)(SPLIT_ARGS); }
 
 /* One work-item per query head. */
 __kernel void PASTE(decode_attention_reduce_d, D)(REDUCE_PARAMS)

@@ -57,6 +57,56 @@ def test_out_warm_calls_and_bind(queue, target):
     _close(plan(), q3, k, v, 39)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_device_length_one_plan_serves_every_length(queue, target):
+    """A length in device memory (read when the kernel runs): one plan, bound once, for every length up to
+    max_length, split (S > 1: the chunk is derived in the kernel) or not; values outside [1, max_length] clamp."""
+    t = 1100 if target == "cpu" else 300  # S = 4 on a 2-unit cpu (FILL 4, Hkv 1), S = 5 on Xe2 (MIN_CHUNK 64)
+    (q, k, v), (qd, kd, vd) = _inputs(queue, hq=4, hkv=1, d=128, t=t, seed=5)
+    length = dpnp.zeros(1, dtype=np.int32, sycl_queue=queue)
+    out = dpnp.empty((4, 128), dtype=np.float16, sycl_queue=queue)
+    plan = xe2rt.bind(xe2rt.decode_attention, qd, kd, vd, length, max_length=t, out=out, target=target)
+    assert plan.launches == 2  # split: partials and the reduce
+    for n in (1, 17, t // 2 + 3, t - 1, t):
+        length[...] = n
+        plan()
+        _close(out, q, k, v, n)
+    for stored, used in ((0, 1), (-5, 1), (t + 50, t)):
+        length[...] = stored
+        plan()
+        _close(out, q, k, v, used)
+    short = xe2rt.bind(xe2rt.decode_attention, qd, kd, vd, length, max_length=40, out=out, target=target)
+    assert short.launches == 1  # S = 1 for 40 tokens
+    length[...] = 1000  # clamped to max_length
+    short()
+    _close(out, q, k, v, 40)
+    # the op called directly with a device length: the same results
+    length[...] = 77
+    _close(xe2rt.decode_attention(qd, kd, vd, length, max_length=t, target=target), q, k, v, 77)
+
+
+def test_device_length_bad_input(queue):
+    _, (qd, kd, vd) = _inputs(queue)
+    one = dpnp.full(1, 20, dtype=np.int32, sycl_queue=queue)
+    with pytest.raises(xe2rt.InputTypeError, match="needs max_length"):
+        xe2rt.decode_attention(qd, kd, vd, one)
+    with pytest.raises(xe2rt.InputError, match="max_length must satisfy 1 <= max_length <= max_tokens = 40 .*got 41"):
+        xe2rt.decode_attention(qd, kd, vd, one, max_length=41)
+    with pytest.raises(xe2rt.InputError, match="got 0"):
+        xe2rt.decode_attention(qd, kd, vd, one, max_length=0)
+    with pytest.raises(xe2rt.InputError, match="max_length applies to a device length only"):
+        xe2rt.decode_attention(qd, kd, vd, 20, max_length=20)
+    with pytest.raises(xe2rt.InputError, match="one element, got shape \\(2,\\)"):
+        xe2rt.decode_attention(qd, kd, vd, dpnp.zeros(2, dtype=np.int32, sycl_queue=queue), max_length=20)
+    with pytest.raises(xe2rt.InputTypeError, match="length must be int32, got int64"):
+        xe2rt.decode_attention(qd, kd, vd, dpnp.zeros(1, dtype=np.int64, sycl_queue=queue), max_length=20)
+    other = dpctl.SyclQueue(queue.sycl_context, queue.sycl_device)
+    with pytest.raises(xe2rt.InputError, match="different queues"):
+        xe2rt.decode_attention(qd, kd, vd, dpnp.zeros(1, dtype=np.int32, sycl_queue=other), max_length=20)
+    (q, k, v), _ = _inputs(queue)
+    _close(xe2rt.decode_attention(qd, kd, vd, one, max_length=40), q, k, v, 20)  # still usable
+
+
 def test_warm_calls_are_replayed(queue):
     """The workspace reaches the recorded op as an argument, so warm calls replay instead of running the op."""
     from xe2rt import fastcall

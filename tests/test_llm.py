@@ -30,6 +30,21 @@ def model(queue, tmp_path_factory):
     return llm.load(folder, queue=queue, max_tokens=48, progress=False)
 
 
+def test_decode_across_attention_buckets(queue, tmp_path):
+    """Decode steps read the length from the device through attention plans bound per power-of-two bucket of lengths
+    (64, 128, then max_tokens): steps that cross buckets match the float64 forward step by step."""
+    from xe2rt.reference.llm import cosine_rows, forward
+    folder = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", seed=4)
+    model = llm.load(folder, queue=queue, max_tokens=136, progress=False)
+    rng = np.random.default_rng(3)
+    for prompt in (60, 124):  # lengths 61..68 (buckets 64, 128), 125..132 (128, then 136 = max_tokens)
+        ids = rng.integers(0, model.cfg.vocab, prompt).astype(np.int32)
+        tokens, logits = model.generate(ids, 8, return_logits=True)
+        full = forward(model.cfg, model.reference_weights(), np.concatenate([ids, tokens[:-1]]))
+        assert (1.0 - cosine_rows(logits, full[prompt - 1:])).max() <= llm_checks.BOUND
+    assert {bucket for _, bucket in model._dec["attention"]} == {64, 128, 136}
+
+
 def test_bad_input_leaves_model_usable(model):
     ids = np.array([3, 1, 4, 1, 5, 9, 2, 6], np.int32)
     before = model.logits(ids)

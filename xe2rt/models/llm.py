@@ -18,7 +18,7 @@ chunks of 16 rows of the batched gemv_w8a16. Then y = rms_norm(delta, norm, resi
 The KV cache is one pair of float16 [Hkv, max_tokens, D] arrays per layer on the device. Sampling runs on the device
 (greedy: argmax; otherwise temperature, top-k, top-p over a device sort, with the uniform draw from a seeded numpy
 Generator); the host reads back only the chosen token id. A decode step replays xe2rt.bind plans on fixed buffers
-(see _decode_plans); only decode_attention, whose length changes each step, is called directly.
+(see _decode_plans), decode_attention's included: it reads the length from the device.
 """
 from __future__ import annotations
 
@@ -87,7 +87,8 @@ class DecoderLM:
         self.k_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
         self.v_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
         self.cache_bytes = 2 * cfg.layers * int(np.prod(shape)) * 2
-        self.positions = dpnp.arange(max_tokens, dtype=np.int32, sycl_queue=queue)
+        # one past max_tokens: a decode step copies [position, length] = positions[start:start + 2]
+        self.positions = dpnp.arange(max_tokens + 1, dtype=np.int32, sycl_queue=queue)
         # Greedy argmax in two xe2rt.topk launches (rows of ARG_ROW logits, then the row maxima): the decode
         # logits row lives in a buffer padded to whole rows with -inf, so no copy is needed.
         rows = -(-cfg.vocab // ARG_ROW)
@@ -213,9 +214,10 @@ class DecoderLM:
     def _decode_plans(self) -> list:
         """Bind the decode step once: fixed buffers for every intermediate (x ping-pongs between two residual
         buffers, since rms_norm's sum may not overwrite its own residual input) and one xe2rt.bind plan per op whose
-        arguments never change. Per layer: [ln1, qkv, rope_kv, (attention inputs), o, ln2, ffn plans...]. The
-        position lives in a one-element device array that rope_kv reads; decode_attention takes the length as a
-        Python int and is called directly each step."""
+        arguments never change. Per layer: [ln1, qkv, rope_kv, (attention), o, ln2, ffn plans...]. The position
+        and the length (position + 1) live in a two-element device array that rope_kv and decode_attention read
+        when they run; the attention plans are made per power-of-two bucket of lengths (`_attention`), since the
+        split count follows the length, and share one workspace."""
         if self._dec is not None:
             return self._dec
         import xe2rt
@@ -232,7 +234,8 @@ class DecoderLM:
         qv, kv, vv = (qkv[:, a:b].reshape(1, n, d) for a, b, n in
                       ((0, hq * d, hq), (hq * d, (hq + hkv) * d, hkv), ((hq + hkv) * d, None, hkv)))
         attn = buf(hq, d)
-        pos = buf(1, dtype=np.int32)
+        poslen = buf(2, dtype=np.int32)  # [position, length] of the token a step decodes
+        pos = poslen[0:1]
         cur = 0
         layers = []
         for i, layer in enumerate(w["layers"]):
@@ -265,25 +268,40 @@ class DecoderLM:
         norm = xe2rt.bind(rms_norm, delta, w["norm"], eps=cfg.eps, residual=xs[cur], out=(y, xs[1 - cur]))
         logits = self._logit_row if self._logit_row is not None else buf(1, cfg.vocab)
         head = xe2rt.bind(self._linear, y, w["lm_head"], out=logits)
-        self._dec = {"x": xs[0], "pos": pos, "q": qv.reshape(hq, d), "attn": attn, "layers": layers,
-                     "norm": norm, "head": head, "logits": logits}
+        from ..ops import decode_attention as attention
+        self._dec = {"x": xs[0], "poslen": poslen, "q": qv.reshape(hq, d), "attn": attn, "layers": layers,
+                     "norm": norm, "head": head, "logits": logits, "attention": {},
+                     "attn_ws": buf(attention.workspace_floats(attention.MAX_SPLITS, hq, d), dtype=np.float32)}
         return self._dec
+
+    def _attention(self, i: int, length: int):
+        """Layer i's decode attention plan for a step of this length: bound once per bucket of lengths (the
+        smallest power of two >= length, at least 64, at most max_tokens), the length read from the device."""
+        dec = self._dec
+        bucket = min(self.max_tokens, max(64, 1 << (length - 1).bit_length()))
+        plan = dec["attention"].get((i, bucket))
+        if plan is None:
+            import xe2rt
+            from ..ops import decode_attention as attention
+            plan = dec["attention"][(i, bucket)] = xe2rt.bind(
+                attention._with_workspace, dec["q"], self.k_cache[i], self.v_cache[i], dec["poslen"][1:2],
+                dec["attn_ws"], max_length=bucket, out=dec["attn"])
+        return plan
 
     def _decode(self, token: int, start: int):
         """One decode step (token at position `start` > 0, the cache holding [0, start)) through the bound plans:
         logits fp16 [1, V] in a fixed buffer, queued without waiting."""
         dec = self._decode_plans()
         dec["x"][...] = self.w["embed"][token:token + 1]  # the embedding row into the fixed residual buffer
-        dec["pos"][...] = self.positions[start:start + 1]  # rope_kv reads the position from the device
+        dec["poslen"][...] = self.positions[start:start + 2]  # rope_kv and the attention read them on the device
         self._t("embedding")
-        attention = _op("decode_attention")
         for i, p in enumerate(dec["layers"]):
             for name, plan in p.items():
                 plan()
                 self._t({"ln1": "rms_norm", "ln2": "rms_norm", "qkv": "gemv", "o": "gemv", "router": "gemv",
                          "gate_up": "gemv", "down": "gemv"}.get(name, name))
-                if name == "rope_kv":  # the length changes every step: a direct call
-                    attention(dec["q"], self.k_cache[i], self.v_cache[i], start + 1, out=dec["attn"])
+                if name == "rope_kv":
+                    self._attention(i, start + 1)()
                     self._t("decode_attention")
         dec["norm"]()
         self._t("rms_norm")

@@ -1,8 +1,9 @@
 """Decode attention (flash-decoding): one new token's query heads against a KV cache.
 
-decode_attention(q, k_cache, v_cache, length, *, scale=None, out=None): q float16 [Hq, D], k_cache / v_cache float16
-[Hkv, max_tokens, D] C-contiguous (token t of kv head h at [h, t, :]), D 64 or 128, Hq = G Hkv with 1 <= G <= 16
-(query head hq reads kv head hq // G, Hugging Face's repeat_kv order), 1 <= length <= max_tokens. Returns
+decode_attention(q, k_cache, v_cache, length, *, scale=None, out=None, max_length=None): q float16 [Hq, D],
+k_cache / v_cache float16 [Hkv, max_tokens, D] C-contiguous (token t of kv head h at [h, t, :]), D 64 or 128,
+Hq = G Hkv with 1 <= G <= 16 (query head hq reads kv head hq // G, Hugging Face's repeat_kv order),
+1 <= length <= max_tokens (an int, or a one-element int32 device array with max_length). Returns
 out[hq] = softmax(scale q[hq] . k[hq // G, t], t < length) . v[hq // G, t] as float16 [Hq, D]; fp32 scores, softmax
 and sums, one fp16 rounding. scale defaults to D^-0.5.
 
@@ -24,6 +25,8 @@ Decomposition (spirv_src/decode_attention.cl):
   launch 2     decode_attention_reduce_d<D>: per query head M = max m_s, out = sum 2^(m_s - M) o_s /
                sum 2^(m_s - M) l_s.  Xe2: a sub-group per head (global 16 Hq, local 16); cpu: a work-item per head.
   S == 1       (short contexts, and long ones on small cpus) launch 1 normalizes and writes out itself: one launch.
+  device length  `length` a one-element int32 device array: launch 1 is decode_attention_at_d<D>, which reads it when
+               it runs, clamps it to [1, max_length] and derives the chunk as above; S is chosen for max_length.
 
 Workspace: S x Hq x (D + 2) fp32 floats (partials, then (m, l) pairs). The public op takes it from a cache per
 (thread, queue) holding MAX_SPLITS x Hq x (D + 2) floats (grown when a call needs more; 2.1 MB at Hq 32, D 128):
@@ -83,7 +86,7 @@ def workspace_floats(splits: int, hq: int, d: int) -> int:
     return splits * hq * (d + 2)
 
 
-def _check(q, k_cache, v_cache, length, scale, out):
+def _check(q, k_cache, v_cache, length, scale, out, max_length=None):
     validate.device_array(OP, "q", q, dtypes=[np.float16], ndims=[2])
     validate.device_array(OP, "k_cache", k_cache, dtypes=[np.float16], ndims=[3])
     validate.device_array(OP, "v_cache", v_cache, dtypes=[np.float16], ndims=[3])
@@ -102,11 +105,28 @@ def _check(q, k_cache, v_cache, length, scale, out):
     g = hq // hkv
     if not 1 <= g <= MAX_GQA:
         raise InputError(f"{OP}: query heads per kv head Hq / Hkv = {hq} / {hkv} = {g} must be within 1..{MAX_GQA}")
-    if isinstance(length, (bool, np.bool_)) or not isinstance(length, (int, np.integer)):
-        raise InputTypeError(f"{OP}: length must be an int, got {type(length).__name__} {length!r}")
-    length = operator.index(length)
+    length_at = None
+    if validate.usm_view(length) is not None:  # a device length, read when the kernel runs
+        validate.device_array(OP, "length", length, dtypes=[np.int32], ndims=[1])
+        if length.shape[0] != 1:
+            raise InputError(f"{OP}: a device length must be an int32 array of one element, got shape "
+                             f"{tuple(length.shape)}")
+        if isinstance(max_length, (bool, np.bool_)) or not isinstance(max_length, (int, np.integer)):
+            raise InputTypeError(f"{OP}: a device length needs max_length, an int bounding its value (it sets the "
+                                 f"split count), got {type(max_length).__name__} {max_length!r}")
+        length_at, length = length, operator.index(max_length)
+        what = "max_length"
+    elif max_length is not None:
+        raise InputError(f"{OP}: max_length applies to a device length only; with an int length pass length alone "
+                         f"(got length {length!r}, max_length {max_length!r})")
+    elif isinstance(length, (bool, np.bool_)) or not isinstance(length, (int, np.integer)):
+        raise InputTypeError(f"{OP}: length must be an int or a one-element int32 device array, got "
+                             f"{type(length).__name__} {length!r}")
+    else:
+        length = operator.index(length)
+        what = "length"
     if not 1 <= length <= max_tokens:
-        raise InputError(f"{OP}: length must satisfy 1 <= length <= max_tokens = {max_tokens} (the caches' "
+        raise InputError(f"{OP}: {what} must satisfy 1 <= {what} <= max_tokens = {max_tokens} (the caches' "
                          f"axis 1), got {length}")
     if scale is None:
         scale = d ** -0.5
@@ -117,22 +137,23 @@ def _check(q, k_cache, v_cache, length, scale, out):
     qscale = float(np.float32(float(scale) * LOG2E))
     if not math.isfinite(qscale):
         raise InputError(f"{OP}: scale * log2(e) = {float(scale) * LOG2E!r} overflows fp32")
-    queue = validate.same_queue(OP, q=q, k_cache=k_cache, v_cache=v_cache, out=out)
+    queue = validate.same_queue(OP, q=q, k_cache=k_cache, v_cache=v_cache, length=length_at, out=out)
     validate.require_fp16(OP, queue)
     # token indices in the kernels are 32-bit, and a split's end (start + chunk) may pass length by up to a chunk
     validate.fits_int32(OP, max_tokens_x_2=2 * max_tokens + 32, Hq_x_D=hq * d)
     if out is not None:
         validate.out_array(OP, out, shape=(hq, d), dtype=np.float16, queue=queue,
-                           inputs={"q": q, "k_cache": k_cache, "v_cache": v_cache})
-    return queue, hkv, max_tokens, d, hq, g, length, qscale
+                           inputs={"q": q, "k_cache": k_cache, "v_cache": v_cache, "length": length_at})
+    return queue, hkv, max_tokens, d, hq, g, length, length_at, qscale
 
 
-def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, target: str | None = None,
-        splits: int | None = None, events: list | None = None):
+def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, max_length=None,
+        target: str | None = None, splits: int | None = None, events: list | None = None):
     """Validate, launch, return (y, event of the last launch). `workspace`: a float32 1-D device array on q's queue
     of at least workspace_floats(S, Hq, D) floats (None: allocated for this call). `splits` overrides the split rule
     (tests: empty splits, many splits); `events`, a list, receives every launch's event (the benchmark's span)."""
-    queue, hkv, max_tokens, d, hq, g, length, qscale = _check(q, k_cache, v_cache, length, scale, out)
+    queue, hkv, max_tokens, d, hq, g, length, length_at, qscale = _check(q, k_cache, v_cache, length, scale, out,
+                                                                          max_length)
     chosen = targets.resolve(queue.sycl_device, target)
     if is_xe2(chosen):
         for name, a in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -154,7 +175,7 @@ def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, ta
         validate.device_array(OP, "workspace", workspace, dtypes=[np.float32], ndims=[1])
         if workspace.size < need or workspace.sycl_queue != queue:
             raise InputError(f"{OP}: workspace must hold {need} floats on q's queue, got {workspace.size}")
-        for name, a in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
+        for name, a in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("length", length_at), ("out", out)):
             if a is not None and validate.overlaps(workspace, a):
                 raise InputError(f"{OP}: workspace overlaps {name}")
     y = out if out is not None else launch.new_output((hq, d), np.float16, queue)
@@ -163,9 +184,13 @@ def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, ta
         split_geometry, reduce_geometry = (hkv * s * local, local), (hq * c["SG"], c["SG"])
     else:
         split_geometry, reduce_geometry = (hkv * s, 1), (hq, 1)
-    steps = [launch.prepare(program.kernel(f"decode_attention_d{d}"),
-                            [q, k_cache, v_cache, workspace, y, g, hq, s, max_tokens, length, chunk, qscale,
-                             int(s == 1)], *split_geometry, queue)]
+    if length_at is None:
+        split = [program.kernel(f"decode_attention_d{d}"),
+                 [q, k_cache, v_cache, workspace, y, g, hq, s, max_tokens, length, chunk, qscale, int(s == 1)]]
+    else:  # the kernel reads the length and derives the chunk as split_plan does
+        split = [program.kernel(f"decode_attention_at_d{d}"),
+                 [q, k_cache, v_cache, workspace, y, g, hq, s, max_tokens, length_at, length, qscale, int(s == 1)]]
+    steps = [launch.prepare(*split, *split_geometry, queue)]
     if s > 1:
         steps.append(launch.prepare(program.kernel(f"decode_attention_reduce_d{d}"), [workspace, y, hq, s],
                                     *reduce_geometry, queue))
@@ -174,8 +199,9 @@ def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, ta
     return y, events[-1]
 
 
-def _with_workspace(q, k_cache, v_cache, length, workspace, *, scale=None, out=None, target: str | None = None):
-    return run(q, k_cache, v_cache, length, workspace, scale=scale, out=out, target=target)[0]
+def _with_workspace(q, k_cache, v_cache, length, workspace, *, scale=None, out=None, max_length=None,
+                    target: str | None = None):
+    return run(q, k_cache, v_cache, length, workspace, scale=scale, out=out, max_length=max_length, target=target)[0]
 
 
 _cached_op = fastcall.cached(_with_workspace)
@@ -190,9 +216,17 @@ def _workspace_for(q):
     return workspace(OP, u.sycl_queue, workspace_floats(MAX_SPLITS, u.shape[0], u.shape[1]), np.float32)
 
 
-def decode_attention(q, k_cache, v_cache, length: int, *, scale: float | None = None, out=None,
+def decode_attention(q, k_cache, v_cache, length, *, scale: float | None = None, out=None, max_length=None,
                      target: str | None = None):
     """Attention of one new token: q float16 [Hq, D] against k_cache / v_cache float16 [Hkv, max_tokens, D] over
     tokens [0, length) (the token's own k / v already written at length - 1). GQA with Hq / Hkv in 1..16, D 64 or
-    128, scale default D^-0.5, fp32 softmax. Returns float16 [Hq, D] (or fills `out`) without waiting."""
-    return _cached_op(q, k_cache, v_cache, length, _workspace_for(q), scale=scale, out=out, target=target)
+    128, scale default D^-0.5, fp32 softmax. Returns float16 [Hq, D] (or fills `out`) without waiting.
+
+    `length` is an int, or a one-element int32 device array that the kernel reads when it runs, so that one plan
+    (xe2rt.bind) serves every step of a decode loop. A device length needs `max_length`, an int in 1..max_tokens:
+    the split count is chosen for it, and the kernel clamps the value it reads to [1, max_length] (it cannot be
+    checked before launch without waiting for the device)."""
+    if max_length is None:
+        return _cached_op(q, k_cache, v_cache, length, _workspace_for(q), scale=scale, out=out, target=target)
+    return _cached_op(q, k_cache, v_cache, length, _workspace_for(q), scale=scale, out=out, max_length=max_length,
+                      target=target)
