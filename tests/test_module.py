@@ -192,6 +192,17 @@ def _wrong(mod, queue, other_queue):
         (lambda: mod.kernel("scale_copy")(x32, x32, 1.0, global_size=64, local_size=64),
          r"declares reqd_work_group_size\(32, 1, 1\); the launch asks for local size \(64,\)"),
         (lambda: axpy(y, x, 1.0, 64, global_size=64), r"local_size is required"),
+        (lambda: block(x32, x32, 64, 64, **l), r"argument 'scratch': declared __local float\* takes "
+                                                r"xe2rt.LocalMemory\(nbytes\), got int 64"),
+        (lambda: axpy(y, x, 1.0, 64, global_size=64.0, local_size=64), r"launch sizes must be ints .* got 64.0"),
+        (lambda: axpy(y, x, 1.0, 64, global_size="64", local_size=64), r"launch sizes must be ints"),
+        (lambda: axpy(y, x, 1.0, 64, global_size=-64, local_size=64), r"global size \(-64,\) must be >= 0"),
+        (lambda: axpy(y, x, 1.0, 64, global_size=64, local_size=0), r"local size \(0,\) must be >= 1"),
+        (lambda: axpy(y, x, 1.0, 64, global_size=2**62, local_size=64),
+         r"the SYCL runtime refused the launch \(global \(4611686018427387904,\), local \(64,\)\)"),
+        (lambda: axpy(y, x, 10**400, 64, **g), r"argument 'a': 1000.* overflows the kernel's half"),
+        (lambda: mod.kernel("scale_copy")(x32, x32, np.longdouble("1e400"), global_size=32, local_size=32),
+         r"argument 'scale': .* overflows the kernel's float"),
     ]
 
 
@@ -206,17 +217,115 @@ def test_every_wrong_launch_is_refused_before_launch(mod, queue):
     axpy_case(mod, queue)  # and everything still works
 
 
-def test_required_sub_group_size_the_device_lacks(outdir, tmp_path, queue):
-    """A binary whose manifest says it needs sub-group size 128 (no CPU or Xe2 device has it) is refused at launch."""
+def test_required_sub_group_size_the_device_lacks(tmp_path, queue, monkeypatch):
+    """A kernel that requires sub-group size 128 (no CPU or Xe2 device has it) is refused at launch."""
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    mod = xe2rt.Module.from_source("__attribute__((intel_reqd_sub_group_size(128))) "
+                                   "__kernel void wide(__global float* y) { y[get_global_id(0)] = 1.0f; }", queue=queue)
+    y = to_device(np.zeros(128, np.float32), queue)
+    with pytest.raises(xe2rt.LaunchLimitError, match=r"requires sub-group size 128; device .* supports \[.*16"):
+        mod.kernel("wide")(y, global_size=128, local_size=128)
+    assert (y.asnumpy() == 0).all()
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda e: e["kernels"]["axpy_half"][2].update(type="float", bits=32), "signature of kernel 'axpy_half' is not"),
+    (lambda e: e["kernels"]["axpy_half"][0].update(space="local", kind="local", storage_class="Workgroup"),
+     "signature of kernel 'axpy_half' is not"),
+    (lambda e: e["kernels"]["axpy_half"].pop(), "signature of kernel 'axpy_half' is not"),
+    (lambda e: e["kernel_attrs"]["axpy_half"].update(reqd_sub_group_size=128), "signature of kernel 'axpy_half'"),
+    (lambda e: e["kernels"].update(ghost=e["kernels"]["axpy_half"]), "no kernel 'ghost'"),
+    (lambda e: e.pop("kernels"), "entry 'cpu/own.spv' is malformed"),
+])
+def test_edited_manifest_is_refused_with_the_rebuild_command(outdir, tmp_path, queue, edit, match):
+    """The sha256 covers the binary; the signatures in the manifest are checked against the binary's own when a
+    kernel is first built, so an edited manifest cannot make the launcher pass arguments the kernel does not take."""
     copy = tmp_path / "copy"
     shutil.copytree(outdir, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["artifacts"]["cpu/own.spv"]["kernel_attrs"]["axpy_half"]["reqd_sub_group_size"] = 128
+    edit(manifest["artifacts"]["cpu/own.spv"])
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    mod = xe2rt.load(copy, queue=queue, target="cpu")
-    y = to_device(np.zeros(64, np.float16), queue)
-    with pytest.raises(xe2rt.LaunchLimitError, match=r"requires sub-group size 128; device .* supports \[.*16"):
-        mod.kernel("axpy_half")(y, y, 1.0, 64, global_size=64, local_size=64)
+    name = "ghost" if "ghost" in match else "axpy_half"
+    with pytest.raises(xe2rt.ArtifactError, match=match) as info:
+        xe2rt.load(copy, queue=queue, target="cpu").kernel(name)
+    assert "rebuild with" in str(info.value)
+    (copy / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(xe2rt.ArtifactError, match="no 'artifacts' table"):
+        xe2rt.load(copy, queue=queue, target="cpu")
+
+
+def test_integer_scalars_of_every_width(tmp_path, queue, monkeypatch):
+    """char (passed as its byte: dpctl refuses ctypes.c_int8), uchar, short, ushort, uint, long and ulong scalars
+    arrive with their values, the extremes included."""
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    mod = xe2rt.Module.from_source("""__kernel void ints(__global long* o, char c, uchar uc, short s, ushort us,
+                                                      uint ui, long l, ulong ul) {
+        o[0] = c; o[1] = uc; o[2] = s; o[3] = us; o[4] = ui; o[5] = l; o[6] = (long)(ul >> 1); }""", queue=queue)
+    o = to_device(np.zeros(7, np.int64), queue)
+    for c, uc, s, us, ui, l, ul in [(-128, 255, -32768, 65535, 2**32 - 1, -2**63, 2**64 - 1),
+                                    (127, 0, 32767, 0, 0, 2**63 - 1, 6), (np.int8(-5), np.uint8(7), -1, 1, 3, -1, 0)]:
+        mod.kernel("ints")(o, c, uc, s, us, ui, l, ul, global_size=1, local_size=1).wait()
+        assert o.asnumpy().tolist() == [int(c), int(uc), s, us, ui, l, int(ul) >> 1]
+
+
+def test_load_after_the_folder_is_rebuilt(tmp_path, queue):
+    """xe2rt.load of a folder rebuilt in the same process returns the new binary (its manifest changed), not the
+    module it loaded before."""
+    out = tmp_path / "out"
+    kernel = "__kernel void put(__global float* y) {{ y[get_global_id(0)] = {v}.0f; }}"
+    _compile.build_folder(kernel.format(v=1), out, targets=("cpu",), name="m")
+    y = to_device(np.zeros(4, np.float32), queue)
+    first = xe2rt.load(out, queue=queue)
+    first.kernel("put")(y, global_size=4, local_size=4).wait()
+    assert (y.asnumpy() == 1).all()
+    time.sleep(0.01)
+    _compile.build_folder(kernel.format(v=2) + " __kernel void other(__global float* y) { }", out, targets=("cpu",),
+                          name="m")
+    second = xe2rt.load(out, queue=queue)
+    assert second is not first and sorted(second.kernel_names) == ["other", "put"]
+    second.kernel("put")(y, global_size=4, local_size=4).wait()
+    assert (y.asnumpy() == 2).all()
+    assert xe2rt.load(out, queue=queue) is second  # unchanged since: the cached module
+
+
+def test_from_source_cache_follows_included_headers(tmp_path, queue, monkeypatch):
+    """The from_source cache key covers the headers the source includes from -I folders (their contents) and the
+    -I folders as absolute paths: an edited header, or the same relative -I from another folder, builds anew."""
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    source = '#include "scale.h"\n__kernel void put(__global float* y) { y[get_global_id(0)] = SCALE; }'
+    y = to_device(np.zeros(2, np.float32), queue)
+    for folder, value in (("a", 2), ("a", 5), ("b", 7)):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / "scale.h").write_text(f"#define SCALE {value}.0f\n")
+        monkeypatch.chdir(tmp_path / folder)
+        xe2rt.Module.from_source(source, options=["-I."], queue=queue).kernel("put")(
+            y, global_size=2, local_size=2).wait()
+        assert (y.asnumpy() == value).all(), folder
+
+
+def test_prebuilt_spirv_without_integer_signs(tmp_path, queue):
+    """SPIR-V integers carry no sign; a prebuilt binary without kernel-arg type strings leaves it unknown, and the
+    launcher then takes either sign (the same bits): a uint8 array for a uchar* the binary reports as char*, 3e9 for
+    a uint it reports as int."""
+    src = tmp_path / "k.cl"
+    src.write_text("__kernel void b(__global uchar* p, uint v) { p[0] = (uchar)(v >> 24); }")
+    spv = tmp_path / "k.spv"
+    subprocess.run(["clang-15", "-cl-std=CL3.0", "-target", "spir64", "-emit-llvm", "-c", str(src), "-o",
+                    str(tmp_path / "k.bc")], check=True)
+    subprocess.run(["llvm-spirv-15", str(tmp_path / "k.bc"), "-o", str(spv)], check=True)
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "xe2rt", "build", "--spirv", f"cpu={spv}", "-o", str(out), "--targets",
+                    "cpu"], check=True, capture_output=True)
+    kernel = xe2rt.load(out, queue=queue).kernel("b")
+    assert [p.signed for p in kernel.params] == [None, None]
+    p = to_device(np.zeros(1, np.uint8), queue)
+    kernel(p, 3_000_000_000, global_size=1, local_size=1).wait()
+    assert int(p.asnumpy()[0]) == 3_000_000_000 >> 24
+    kernel(to_device(np.zeros(1, np.int8), queue), -1, global_size=1, local_size=1).wait()  # either sign
+    with pytest.raises(xe2rt.InputTypeError, match=r"needs int8 or uint8 \(the binary does not record the sign\)"):
+        kernel(to_device(np.zeros(1, np.int16), queue), 1, global_size=1, local_size=1)
+    with pytest.raises(xe2rt.InputError, match=r"does not fit the kernel's int \[-2147483648, 4294967295\]"):
+        kernel(p, 2**32, global_size=1, local_size=1)
 
 
 def test_unknown_kernel_and_target_and_module(outdir, tmp_path, queue):

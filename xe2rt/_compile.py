@@ -5,7 +5,8 @@ toolchain (clang-15, llvm-spirv-15, spirv-val), and kernel signatures and attrib
 the build folder in place.
 
 Cache: one folder per key under XE2RT_CACHE_DIR (default ~/.cache/xe2rt/from_source), the key a sha256 over the
-source, the options, the device name and driver version, the target and the compiler binaries (path, size, mtime).
+source, the options (-I folders made absolute), the contents of the headers it includes from them, the device name
+and driver version, the target and the compiler binaries (path, size, mtime).
 A folder is written under a temporary name and renamed into place, and its binary is checked against the sha256 in
 its manifest when loaded (a mismatch rebuilds it). A cached folder is loaded without importing xe2rt.build.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -97,8 +99,36 @@ def _compilers() -> dict:
     return found
 
 
-def cache_key(source: str, options: tuple, device, target: str) -> str:
-    facts = [CACHE_FORMAT, source, list(options), device.name, device.driver_version, target, _compilers()]
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
+
+
+def _headers(source: str, include_dirs: list) -> dict:
+    """{path: sha256} of every header `source` includes from the -I folders, transitively (a header's own includes
+    are looked up next to it first), so that editing one makes a new cache key. Names found nowhere (the OpenCL C
+    headers clang brings) are left to the compiler."""
+    found: dict = {}
+    todo = [(source, None)]
+    while todo:
+        text, here = todo.pop()
+        for name in _INCLUDE.findall(text):
+            path = next((d / name for d in ([here] if here else []) + include_dirs if (d / name).is_file()), None)
+            if path is None or str(path.resolve()) in found:
+                continue
+            data = path.read_bytes()
+            found[str(path.resolve())] = hashlib.sha256(data).hexdigest()
+            todo.append((data.decode("utf-8", "replace"), path.resolve().parent))
+    return found
+
+
+def _absolute_includes(options: tuple) -> tuple:
+    """The options with each -IDIR made absolute (a relative one means the current folder's, at this call)."""
+    return tuple(f"-I{Path(o[2:]).resolve()}" if isinstance(o, str) and o.startswith("-I") and len(o) > 2 else o
+                 for o in options)
+
+
+def cache_key(source: str, options: tuple, device, target: str, headers: dict | None = None) -> str:
+    facts = [CACHE_FORMAT, source, list(options), device.name, device.driver_version, target, _compilers(),
+             headers or {}]
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -106,8 +136,9 @@ def cached_build(source: str, options: tuple, device, target: str) -> Path:
     """The build folder of `source` for one target, from the disk cache or compiled into it."""
     if not isinstance(source, str) or not source.strip():
         raise CompileError("from_source: source must be non-empty OpenCL C text")
-    options = tuple(options)
-    folder = config.cache_dir() / cache_key(source, options, device, target)
+    options = _absolute_includes(tuple(options))
+    include_dirs = [Path(o[2:]) for o in options if isinstance(o, str) and o.startswith("-I") and len(o) > 2]
+    folder = config.cache_dir() / cache_key(source, options, device, target, _headers(source, include_dirs))
     if (folder / "manifest.json").is_file():
         return folder
     return build_folder(source, folder, targets=(target,), options=options, name=MODULE_NAME)

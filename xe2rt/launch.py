@@ -40,8 +40,9 @@ from .errors import InputError, InputTypeError, LaunchLimitError
 _CL_DTYPES = {"half": np.float16, "float": np.float32, "double": np.float64, "char": np.int8, "uchar": np.uint8,
               "short": np.int16, "ushort": np.uint16, "int": np.int32, "uint": np.uint32, "long": np.int64,
               "ulong": np.uint64}
-# A half scalar travels as its 16 bits: dpctl passes any 2-byte ctypes value by size (tests/test_module.py).
-_CL_CTYPES = {"half": ctypes.c_uint16, "float": ctypes.c_float, "double": ctypes.c_double, "char": ctypes.c_int8,
+# A half scalar travels as its 16 bits: dpctl passes any 2-byte ctypes value by size (tests/test_module.py); a char
+# as its 8 bits in a c_uint8 (dpctl refuses c_int8 as a kernel argument; c_uint8 wraps -1 to 255, the same byte).
+_CL_CTYPES = {"half": ctypes.c_uint16, "float": ctypes.c_float, "double": ctypes.c_double, "char": ctypes.c_uint8,
               "uchar": ctypes.c_uint8, "short": ctypes.c_int16, "ushort": ctypes.c_uint16, "int": ctypes.c_int32,
               "uint": ctypes.c_uint32, "long": ctypes.c_int64, "ulong": ctypes.c_uint64}
 _LOCAL_ACCESSOR_CODES = {"half": "u2", "float": "f4", "double": "f8", "char": "i1", "uchar": "u1", "short": "i2",
@@ -56,10 +57,12 @@ MAX_IN_FLIGHT = 256
 def as_tuple(size) -> tuple[int, ...]:
     if type(size) is int:
         return (size,)
-    try:
-        return tuple(int(s) for s in size) if isinstance(size, (tuple, list)) else (int(size),)
-    except (TypeError, ValueError):
-        raise InputTypeError(f"launch sizes must be ints or tuples of ints, got {size!r}") from None
+    items = tuple(size) if isinstance(size, (tuple, list)) else (size,)
+    if all(type(s) is int for s in items):
+        return items
+    if not all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in items):
+        raise InputTypeError(f"launch sizes must be ints or tuples of ints, got {size!r}")
+    return tuple(int(s) for s in items)
 
 
 # ---- per-array facts ----
@@ -118,13 +121,17 @@ def _param_specs(kernel) -> list[tuple]:
             raise InputTypeError(f"{where}: parameter type {param.type!r} is not supported by the launcher "
                                  f"(supported: {', '.join(_CL_DTYPES)}, pointers to them)")
         dtype = np.dtype(_CL_DTYPES[param.type])
+        # an integer whose sign the binary does not record (prebuilt SPIR-V without kernel-arg type strings): SPIR-V
+        # integers have no sign, so either sign is accepted, as the same bits
+        unsigned = np.dtype(_CL_DTYPES["u" + param.type]) if getattr(param, "signed", True) is None and \
+            param.type in ("char", "short", "int", "long") else None
         if param.space in ("global", "constant"):
-            specs.append(("g", where, param.type, dtype))
+            specs.append(("g", where, param.type, dtype, unsigned))
         elif param.space == "local":
             specs.append(("l", where, _LOCAL_ACCESSOR_CODES[param.type], dtype.itemsize, param.type))
         else:
             is_float = param.type in ("half", "float", "double")
-            limits = None if is_float else (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+            limits = None if is_float else (int(np.iinfo(dtype).min), int(np.iinfo(unsigned or dtype).max))
             specs.append(("s", where, param.type, _CL_CTYPES[param.type], limits, dtype))
     return specs
 
@@ -139,14 +146,15 @@ def _specs(kernel) -> list[tuple]:
     return cached
 
 
-def _usm_memory(value, where: str, cl_type: str, expected: np.dtype, queue: dpctl.SyclQueue):
+def _usm_memory(value, where: str, cl_type: str, expected: np.dtype, queue: dpctl.SyclQueue, unsigned=None):
     """The USM memory object to pass for a device array, after the checks the signature implies."""
     array = validate.usm_view(value)
     if array is None:
         raise InputTypeError(f"{where}: declared {cl_type}* needs a device array (dpnp) of {expected}, got "
                              f"{type(value).__name__}")
-    if array.dtype != expected:
-        raise InputTypeError(f"{where}: declared {cl_type}* needs {expected}, got {np.dtype(array.dtype)}")
+    if array.dtype != expected and array.dtype != unsigned:
+        either = f"{expected} or {unsigned} (the binary does not record the sign)" if unsigned else f"{expected}"
+        raise InputTypeError(f"{where}: declared {cl_type}* needs {either}, got {np.dtype(array.dtype)}")
     if not array.flags.c_contiguous:
         raise InputError(f"{where}: must be C-contiguous, got strides {tuple(array.strides)}")
     if array.sycl_queue is not queue and array.sycl_queue != queue:
@@ -174,7 +182,14 @@ def _scalar(spec: tuple, value):
     if kind is not float and kind is not int and not isinstance(value, (numbers.Real, np.floating, np.integer)) \
             or kind is bool:
         raise InputTypeError(f"{where}: declared {cl_type} takes a real number, got {kind.__name__}")
-    return _real(where, cl_type, ctype, float(value))
+    try:
+        number = float(value)
+    except OverflowError:  # an int past double's range
+        number = math.inf
+    if math.isinf(number) and (isinstance(value, (int, np.integer)) or np.isfinite(value)):  # 10**400, a longdouble
+        raise InputError(f"{where}: {value!r} overflows the kernel's {cl_type} (max "
+                         f"{float(np.finfo(_CL_DTYPES[cl_type]).max)})")
+    return _real(where, cl_type, ctype, number)
 
 
 _REAL_FORMATS = {"half": "<e", "float": "<f", "double": "<d"}
@@ -209,7 +224,7 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
                 if hit[4] is not None and facts[2] and facts[3] == id(queue) and facts[0] == spec[3]:
                     out.append(hit[4])
                     continue
-            out.append(_usm_memory(value, spec[1], spec[2], spec[3], queue))
+            out.append(_usm_memory(value, spec[1], spec[2], spec[3], queue, spec[4]))
         elif kind == "l":
             if type(value) is LocalMemory:
                 nbytes = value.nbytes
@@ -267,7 +282,13 @@ def check_geometry(kernel, queue: dpctl.SyclQueue, global_size: tuple, local_siz
         raise LaunchLimitError(f"{name}: global {global_size} and local {local_size} must both have 1 to 3 "
                                f"dimensions, the same number")
     for d, (g, l) in enumerate(zip(global_size, local_size)):
-        if g < 0 or l < 1 or g % l:
+        if g < 0:
+            raise LaunchLimitError(f"{name}: global size {global_size} must be >= 0 in every dimension (dimension "
+                                   f"{d}: {g})")
+        if l < 1:
+            raise LaunchLimitError(f"{name}: local size {local_size} must be >= 1 in every dimension (dimension "
+                                   f"{d}: {l})")
+        if g % l:
             raise LaunchLimitError(f"{name}: global size {global_size} is not a multiple of local size "
                                    f"{local_size} (dimension {d}: {g} vs {l})")
     wg = math.prod(local_size)
@@ -333,7 +354,12 @@ def ordered_submit(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_siz
     """Submit after the queue's outstanding dpnp/xe2rt work, register the event with dpnp's order manager
     (_compat.submit_ordered) and hold `keep` until the kernel completes."""
     with _lock:
-        event = _compat.submit_ordered(queue, sycl_kernel, packed, global_size, local_size, in_order)
+        try:
+            event = _compat.submit_ordered(queue, sycl_kernel, packed, global_size, local_size, in_order)
+        except dpctl.SyclKernelSubmitError as exc:  # e.g. a range the runtime cannot index, past every check here
+            raise LaunchLimitError(f"kernel {sycl_kernel.get_function_name()}: the SYCL runtime refused the launch "
+                                   f"(global {tuple(reversed(global_size))}, local {tuple(reversed(local_size))}): "
+                                   f"{exc}; nothing was queued") from exc
         _record(queue, event, keep)
     return event
 

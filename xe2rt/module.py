@@ -39,13 +39,14 @@ class Param:
     type: str  # OpenCL C scalar type name: half, float, int, uchar, ...
     space: str  # "global", "local", "constant" or "scalar"
     const: bool
+    signed: bool | None = None  # integers: None when the SPIR-V did not say (prebuilt without kernel-arg strings)
 
 
 class Kernel:
     """One kernel of a loaded module, built for the module's context and device. Call it to launch:
     `kernel(*args, global_size=..., local_size=..., queue=None) -> dpctl.SyclEvent` (see docs/own_kernels.md)."""
     __slots__ = ("name", "family", "target", "params", "sycl_kernel", "constants", "reqd_work_group_size",
-                 "reqd_sub_group_size", "module", "__weakref__")
+                 "reqd_sub_group_size", "module", "local_params", "__weakref__")
 
     def __init__(self, name, module, params, sycl_kernel, attrs: dict):
         self.name, self.module, self.params, self.sycl_kernel = name, module, params, sycl_kernel
@@ -53,6 +54,7 @@ class Kernel:
         wg = attrs.get("reqd_work_group_size")
         self.reqd_work_group_size = tuple(int(v) for v in wg) if wg else None
         self.reqd_sub_group_size = attrs.get("reqd_sub_group_size") or sycl_kernel.compile_sub_group_size or None
+        self.local_params = tuple(i for i, p in enumerate(params) if p.space == "local")
 
     def describe(self) -> str:
         return f"{self.family}/{self.name} (target {self.target})"
@@ -86,6 +88,11 @@ class Kernel:
                 raise InputError(f"{self.describe()}: built for {module_queue.sycl_device.name!r}, not for the "
                                  f"launch queue's device and context ({queue.sycl_device.name!r}); load the "
                                  f"module with queue=<that queue>")
+        for i in self.local_params:  # the shipped ops pass element counts; a user passes LocalMemory(nbytes)
+            if i < len(args) and type(args[i]) is not launch.LocalMemory:
+                p = self.params[i]
+                raise InputTypeError(f"{self.describe()} argument {p.name!r}: declared __local {p.type}* takes "
+                                     f"xe2rt.LocalMemory(nbytes), got {type(args[i]).__name__} {args[i]!r}")
         if local_size is None:
             if self.reqd_work_group_size is None:
                 raise InputError(f"{self.describe()}: local_size is required (the kernel declares no "
@@ -105,6 +112,7 @@ class Module:
         self._spirv, self._rebuild = spirv, rebuild
         self.kernels: dict[str, Kernel] = {}
         self.queues_ok: set = set()  # other queues found to be on the module's device and context
+        self.manifest_mtime = None  # the manifest's mtime when loaded (xe2rt.load reloads a rebuilt folder)
 
     @property
     def constants(self) -> dict:
@@ -123,23 +131,57 @@ class Module:
 
     def kernel(self, name: str | None = None) -> Kernel:
         """The kernel `name` (default: the one named like the module), built on first use and then reused."""
-        name = name or self.name
+        if name is None:
+            name = self.name
         kernel = self.kernels.get(name)
         if kernel is None:
-            if name not in self.entry["kernels"]:
+            if not isinstance(name, str) or name not in self.entry["kernels"]:
                 raise ArtifactError(f"{self.path} has no kernel {name!r}; it has {sorted(self.entry['kernels'])}")
             with _lock:
                 kernel = self.kernels.get(name)
                 if kernel is None:
-                    built = self._build(spirv_module.single_kernel(self._spirv, name), name)
+                    try:
+                        single = spirv_module.single_kernel(self._spirv, name)
+                    except (KeyError, ValueError) as exc:
+                        raise ArtifactError(f"{self.path}: {exc} (the manifest lists {name!r}; edited?); "
+                                            f"{self._rebuild}") from None
+                    self._check_signatures(single, [name])
+                    built = self._build(single, name)
                     kernel = self.kernels[name] = self._kernel_from(built, name)
         return kernel
+
+    def _check_signatures(self, spirv: bytes, names: list) -> None:
+        """Refuse a manifest whose signature or attributes for a kernel in `names` are not the binary's (an edited
+        manifest: the sha256 covers the binary only). Compared as reflect.structure does: kinds, storage classes,
+        SPIR-V types and required sizes; names, C spellings and the sign of integers are not in every binary."""
+        from .build import reflect
+        try:
+            binary = reflect.structure(reflect.reflect(spirv))
+        except reflect.SpirvError as exc:
+            raise ArtifactError(f"{self.path}: {exc}; {self._rebuild}") from None
+        attrs = self.entry.get("kernel_attrs") or {}
+        for name in names:
+            try:
+                listed = reflect.structure({"kernels": {name: self.entry["kernels"][name]},
+                                            "kernel_attrs": {name: attrs.get(name) or {}}})[name]
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise ArtifactError(f"{self.path}: the manifest's entry for kernel {name!r} is malformed "
+                                    f"({type(exc).__name__}: {exc}); {self._rebuild}") from None
+            mine = binary.get(name)
+            same = mine is not None and mine[0] == listed[0]
+            if same and name in attrs:  # older build folders have no kernel_attrs
+                same = all(mine[1].get(k) == v for k, v in listed[1].items() if v is not None) and all(
+                    listed[1].get(k) == v for k, v in mine[1].items() if v is not None)
+            if not same:
+                raise ArtifactError(f"{self.path}: the manifest's signature of kernel {name!r} is not the binary's "
+                                    f"(edited manifest?): manifest {listed}, binary {mine}; {self._rebuild}")
 
     def build_all(self) -> None:
         """Build every kernel of the module in one build (cheaper than one build per kernel)."""
         with _lock:
             missing = [n for n in self.entry["kernels"] if n not in self.kernels]
             if missing:
+                self._check_signatures(self._spirv, missing)
                 built = self._build(self._spirv, None)
                 for name in missing:
                     self.kernels[name] = self._kernel_from(built, name)
@@ -163,7 +205,7 @@ class Module:
         if not program.has_sycl_kernel(name):
             raise ArtifactError(f"{self.path}: kernel {name!r} listed in the manifest is missing from the built "
                                 f"program; {self._rebuild}")
-        params = tuple(Param(p["name"], p["type"], p["space"], bool(p.get("const", False)))
+        params = tuple(Param(p["name"], p["type"], p["space"], bool(p.get("const", False)), p.get("signed"))
                        for p in self.entry["kernels"][name])
         attrs = self.entry.get("kernel_attrs", {}).get(name) or {}
         return Kernel(name, self, params, program.get_sycl_kernel(name), attrs)
@@ -229,8 +271,13 @@ def read_manifest(folder: Path) -> dict:
             manifest = json.loads(path.read_text())
         except ValueError as exc:
             raise ArtifactError(f"{path} is not valid JSON ({exc}); {rebuild_hint(folder, {})}") from None
-        if not isinstance(manifest.get("artifacts"), dict):
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("artifacts"), dict):
             raise ArtifactError(f"{path} has no 'artifacts' table; {rebuild_hint(folder, {})}")
+        for key, entry in manifest["artifacts"].items():
+            if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) \
+                    or not isinstance(entry.get("kernels"), dict):
+                raise ArtifactError(f"{path}: entry {key!r} is malformed (each binary's entry needs 'sha256' and a "
+                                    f"'kernels' table); {rebuild_hint(folder, manifest)}")
         cached = _manifests[folder] = (mtime, manifest)
     return cached[1]
 
@@ -288,7 +335,11 @@ def load(folder, *, queue: dpctl.SyclQueue | None = None, target: str | None = N
     key = (queue.sycl_context, queue.sycl_device, folder, chosen, module)
     loaded = _modules.get(key)
     if loaded is not None:
-        return loaded
+        try:  # a folder rebuilt since (its manifest rewritten) is loaded afresh
+            if (folder / "manifest.json").stat().st_mtime_ns == loaded.manifest_mtime:
+                return loaded
+        except FileNotFoundError:
+            pass
     with _lock:
         manifest = read_manifest(folder)
         name = _choose(folder, manifest, chosen, module)
@@ -300,4 +351,5 @@ def load(folder, *, queue: dpctl.SyclQueue | None = None, target: str | None = N
         hint = rebuild_hint(folder, manifest)
         spirv = verified_spirv(folder / chosen / f"{name}.spv", entry, hint)
         loaded = _modules[key] = Module(folder, name, chosen, entry, spirv, queue, hint)
+        loaded.manifest_mtime = _manifests[folder][0]
     return loaded

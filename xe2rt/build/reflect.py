@@ -59,13 +59,17 @@ def _string(words: tuple, start: int, end: int) -> tuple[str, int]:
     return text.decode("utf-8"), start + len(text) // 4 + 1
 
 
-def _instructions(words: tuple):
-    i = 5
-    while i < len(words):
-        count, opcode = words[i] >> 16, words[i] & 0xFFFF
-        if count == 0 or i + count > len(words):
+def _instructions(words: tuple, wanted: frozenset | None = None):
+    """(opcode, operands) of every instruction, or of those whose opcode is in `wanted` (the others are stepped
+    over without copying their operands: function bodies are most of a module)."""
+    i, n = 5, len(words)
+    while i < n:
+        word = words[i]
+        count, opcode = word >> 16, word & 0xFFFF
+        if count == 0 or i + count > n:
             raise SpirvError(f"malformed SPIR-V: instruction at word {i} has word count {count}")
-        yield opcode, words[i + 1:i + count]
+        if wanted is None or opcode in wanted:
+            yield opcode, words[i + 1:i + count]
         i += count
 
 
@@ -100,12 +104,17 @@ def _split_list(text: str, count: int) -> list[str] | None:
     return items if len(items) == count else None
 
 
+_REFLECTED = frozenset((OP_NAME, OP_STRING, OP_ENTRY_POINT, OP_EXECUTION_MODE, OP_EXECUTION_MODE_ID, OP_TYPE_INT,
+                        OP_TYPE_FLOAT, OP_TYPE_BOOL, OP_TYPE_VECTOR, OP_TYPE_POINTER, OP_DECORATE, OP_FUNCTION,
+                        OP_FUNCTION_PARAMETER))
+
+
 def reflect(spirv: bytes) -> dict:
     """{"kernels": {name: [param, ...]}, "kernel_attrs": {name: {...}}} of a SPIR-V module (see the module doc)."""
     words = _words(spirv)
     names, strings, types, decorations = {}, [], {}, {}
     entries, modes, params, current = [], {}, {}, None
-    for opcode, ops in _instructions(words):
+    for opcode, ops in _instructions(words, _REFLECTED):
         if opcode == OP_NAME:
             names[ops[0]] = _string(ops, 1, len(ops))[0]
         elif opcode == OP_STRING:
