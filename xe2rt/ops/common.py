@@ -1,15 +1,17 @@
 """What every op does between validating its inputs and launching: pick the target and load its program."""
 from __future__ import annotations
 
+import math
 import os
 import threading
 
 import dpctl
 import dpnp
+import numpy as np
 
 from .. import artifacts, launch, module, targets
 from ..config import XE2_TARGETS
-from ..errors import InputError
+from ..errors import InputError, InputTypeError
 
 
 _programs: dict = {}
@@ -99,3 +101,25 @@ def workspace(owner: str, queue: dpctl.SyclQueue, n: int, dtype):
     if ws is None or ws.size < n:
         ws = cache[(owner, queue)] = dpnp.empty(n, dtype=dtype, sycl_queue=queue)
     return ws
+
+
+FP16_MAX, FP32_MAX = 65504.0, 3.4028234663852886e38
+
+
+def attention_scale(op: str, scale, d: int) -> float:
+    """The attention ops' score scale (None: D^-0.5), checked: a real number, finite, and small enough that no score
+    can overflow fp32, |scale| * log2(e) * D * 65504^2 <= fp32's max (the kernels scale q by scale * log2(e) and take
+    dot products of D fp16 terms; past that a score could be inf and the softmax NaN or wrong)."""
+    if scale is None:
+        return d ** -0.5
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise InputTypeError(f"{op}: scale must be a real number or None (D^-0.5), got {type(scale).__name__} "
+                             f"{scale!r}")
+    value = float(scale)
+    if not math.isfinite(value):
+        raise InputError(f"{op}: scale must be finite, got {scale!r}")
+    limit = FP32_MAX / (math.log2(math.e) * d * FP16_MAX * FP16_MAX)
+    if abs(value) > limit:
+        raise InputError(f"{op}: |scale| must be <= {limit:.3g} for D = {d} (so that no fp32 score "
+                         f"scale * log2(e) * q.k can overflow with fp16 q and k), got {scale!r}")
+    return value

@@ -47,7 +47,7 @@ import numpy as np
 
 from .. import fastcall, launch, targets, validate
 from ..errors import InputError, InputTypeError
-from .common import ceil_div, is_xe2, program_for, workspace
+from .common import attention_scale, ceil_div, is_xe2, program_for, workspace
 
 OP = "decode_attention"
 FAMILY = "decode_attention"
@@ -106,6 +106,10 @@ def _check(q, k_cache, v_cache, length, scale, out, max_length=None):
     if not 1 <= g <= MAX_GQA:
         raise InputError(f"{OP}: query heads per kv head Hq / Hkv = {hq} / {hkv} = {g} must be within 1..{MAX_GQA}")
     length_at = None
+    if isinstance(length, np.ndarray):
+        raise InputTypeError(f"{OP}: length must be an int or a one-element int32 device array, got a numpy array "
+                             f"{length!r}: pass int(length[0]), or dpnp.asarray(length, sycl_queue=q.sycl_queue) "
+                             f"for a length read on the device")
     if validate.usm_view(length) is not None:  # a device length, read when the kernel runs
         validate.device_array(OP, "length", length, dtypes=[np.int32], ndims=[1])
         if length.shape[0] != 1:
@@ -128,15 +132,7 @@ def _check(q, k_cache, v_cache, length, scale, out, max_length=None):
     if not 1 <= length <= max_tokens:
         raise InputError(f"{OP}: {what} must satisfy 1 <= {what} <= max_tokens = {max_tokens} (the caches' "
                          f"axis 1), got {length}")
-    if scale is None:
-        scale = d ** -0.5
-    elif isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise InputTypeError(f"{OP}: scale must be a real number or None, got {type(scale).__name__} {scale!r}")
-    elif not math.isfinite(float(scale)):
-        raise InputError(f"{OP}: scale must be finite, got {scale!r}")
-    qscale = float(np.float32(float(scale) * LOG2E))
-    if not math.isfinite(qscale):
-        raise InputError(f"{OP}: scale * log2(e) = {float(scale) * LOG2E!r} overflows fp32")
+    qscale = float(np.float32(attention_scale(OP, scale, d) * LOG2E))
     queue = validate.same_queue(OP, q=q, k_cache=k_cache, v_cache=v_cache, length=length_at, out=out)
     validate.require_fp16(OP, queue)
     # token indices in the kernels are 32-bit, and a split's end (start + chunk) may pass length by up to a chunk

@@ -27,8 +27,8 @@ import dpnp
 import numpy as np
 
 from .. import launch, targets, validate
-from ..errors import InputError, LaunchLimitError, TargetError
-from .common import ceil_div, is_xe2, program_for
+from ..errors import InputError, InputTypeError, LaunchLimitError, TargetError
+from .common import attention_scale, ceil_div, is_xe2, program_for
 from .gemm_fp16 import _address, block2d_rule_breaks
 
 OP = "prefill_attention"
@@ -84,7 +84,7 @@ def _check_device_runs(family: str, target: str, queue) -> None:
 
 def _validate(q, k, v, causal, scale, out):
     if not isinstance(causal, (bool, np.bool_)):
-        raise InputError(f"{OP}: causal must be True or False, got {causal!r}")
+        raise InputTypeError(f"{OP}: causal must be True or False, got {type(causal).__name__} {causal!r}")
     for name, a in (("q", q), ("k", k), ("v", v)):
         validate.device_array(OP, name, a, dtypes=[np.float16], ndims=[3])
     t, hq, d = q.shape
@@ -105,10 +105,7 @@ def _validate(q, k, v, causal, scale, out):
                          f"into chunks")
     if hkv < 1 or hq % hkv:
         raise InputError(f"{OP}: query heads Hq = {hq} must be a multiple of KV heads Hkv = {hkv} (GQA)")
-    if scale is not None:
-        if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.floating, np.integer)) \
-                or not math.isfinite(float(scale)):
-            raise InputError(f"{OP}: scale must be None (D^-0.5) or a finite number, got {scale!r}")
+    attention_scale(OP, scale, d)
     queue = validate.same_queue(OP, q=q, k=k, v=v, out=out)
     validate.require_fp16(OP, queue)
     if out is not None:
@@ -145,7 +142,7 @@ def run(q, k, v, *, causal: bool = True, scale=None, out=None, target: str | Non
         raise LaunchLimitError(f"{OP}: the cpu kernel needs {cpu_static_slm_bytes(constants, d)} bytes of local "
                                f"memory at D = {d}; device {queue.sycl_device.name!r} has "
                                f"{queue.sycl_device.local_mem_size}. Rebuild with a smaller KB.")
-    scale_log2 = (d ** -0.5 if scale is None else float(scale)) * LOG2E
+    scale_log2 = attention_scale(OP, scale, d) * LOG2E
     o = out if out is not None else launch.new_output((t, hq, d), np.float16, queue)
     geo = geometry(constants, t, hq, hkv)
     if constants["XE2_SHAPE"]:
