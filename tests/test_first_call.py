@@ -59,7 +59,7 @@ def test_kernels_of_one_family_come_from_one_verified_binary(queue, rng, fresh_c
     ref = w_host.astype(np.float64) @ x_host.astype(np.float64)
     for group_size, symmetric in ((32, False), (128, True)):
         qw = xe2rt.quantize_w4(w_host, group_size=group_size, symmetric=symmetric)
-        # dequant="magic": family gemv_w4a16 itself (the default on CPUs with AVX512-VNNI is gemv_w4a16_vnni)
+        # dequant="magic": family gemv_w4a16 itself (the default; "vnni"/"auto" would take gemv_w4a16_vnni)
         y = xe2rt.gemv_w4a16(x, qw.to_device(queue), target="cpu", dequant="magic").asnumpy().astype(np.float64)
         dq = qw.dequantize().astype(np.float64) @ x_host.astype(np.float64)
         np.testing.assert_allclose(y, dq, rtol=2e-2, atol=2e-2 * np.abs(ref).max())

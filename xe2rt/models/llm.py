@@ -55,11 +55,16 @@ def _op(name: str):
 
 
 def load(path, *, queue=None, weights: str = "auto", group_size: int = 128, max_tokens: int = 4096,
-         progress: bool = True) -> "DecoderLM":
+         progress: bool = True, exact: bool = False) -> "DecoderLM":
     """Load a Hugging Face decoder folder (see the module docstring). weights: "auto" keeps what the files hold
     (bfloat16 -> float16, 4-bit formats -> W4), "fp16" dequantizes, "w4" / "w8" quantize float weights on load
-    with `group_size` (4-bit checkpoints stay W4). max_tokens sizes the KV cache (prompt + generated tokens)."""
+    with `group_size` (4-bit checkpoints stay W4). max_tokens sizes the KV cache (prompt + generated tokens).
+    exact=False lets the W4 layers use the integer-dot kernels where they run (CPU devices with AVX512-VNNI:
+    activations rounded to 15-bit fixed point per 128 k, finer than llama.cpp's 8-bit; dequant / variant "auto" of
+    gemv_w4a16 / gemm_w4a16); exact=True keeps them on the kernels exact in the activations."""
     check_mode(weights, group_size)
+    if not isinstance(exact, (bool, np.bool_)):
+        raise InputTypeError(f"load: exact must be True or False, got {type(exact).__name__} {exact!r}")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or not 1 <= max_tokens <= 4096:
         raise InputError(f"load: max_tokens must be an int in [1, 4096] (prefill_attention's limit), got "
                          f"{max_tokens!r}")
@@ -75,7 +80,9 @@ def load(path, *, queue=None, weights: str = "auto", group_size: int = 128, max_
     t0 = time.perf_counter()
     cfg, w = load_weights(path, weights, group_size, place=device_placer(queue), progress=progress, cfg=cfg)
     queue.wait()
-    return DecoderLM(cfg, w, queue, int(max_tokens), tokenizer, weights, time.perf_counter() - t0)
+    model = DecoderLM(cfg, w, queue, int(max_tokens), tokenizer, weights, time.perf_counter() - t0)
+    model.exact = bool(exact)
+    return model
 
 
 class DecoderLM:
@@ -83,6 +90,7 @@ class DecoderLM:
         self.cfg, self.w, self.queue, self.max_tokens = cfg, w, queue, max_tokens
         self.tokenizer, self.weights, self.load_seconds = tokenizer, weights, load_seconds
         self.weight_bytes = weight_bytes(w)
+        self.exact = False  # load(exact=...): W4 layers on the kernels exact in the activations
         shape = (cfg.kv_heads, max_tokens, cfg.head_dim)
         self.k_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
         self.v_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
@@ -131,7 +139,10 @@ class DecoderLM:
         m = x.shape[0]
         import xe2rt
         if isinstance(w, QuantizedW4):
-            y = xe2rt.gemv_w4a16(x, w, out=out) if m <= MAX_M else _op("gemm_w4a16")(x, w, out=out)
+            from ..ops import gemm_w4a16
+            fast = not self.exact  # the integer-dot kernels where they run ("auto")
+            y = xe2rt.gemv_w4a16(x, w, out=out, dequant="auto" if fast else None) if m <= MAX_M else \
+                gemm_w4a16.run(x, w, out=out, variant="auto" if fast else "native")[0]
             self._t("w4 gemv" if m <= MAX_M else "w4 gemm")
             return y
         if isinstance(w, QuantizedW8):

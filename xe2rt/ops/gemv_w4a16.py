@@ -9,10 +9,13 @@ reduced in SLM.
 RPT rows share every x load (and, with bias correction, every sum of x).
 Dequant variants (seed 004): "magic" (bias correction: (1024 + q) straight into the products, (1024 + z) * sum(x)
 subtracted once per group) and "plain" (per-element subtraction). Family gemv_w4a16 holds each target's default,
-gemv_w4a16_alt the other; the variant is the DEQUANT_MAGIC constant in the manifest. On a CPU device whose host has
-AVX512-VNNI (targets.cpu_has_avx512_vnni) the default is "vnni" (family gemv_w4a16_vnni, built for the cpu only):
-integer dot products of the codes with x as 15-bit fixed point per 128-k step (gemv_w4a16.cl's header); x is then
-rounded to a multiple of 2^-14 of its step's largest |x| (elements within 2^3 of the largest exactly).
+gemv_w4a16_alt the other; the variant is the DEQUANT_MAGIC constant in the manifest. Both are exact in x (fp16 x
+times the codes is exact in fp32), the default on every device. "vnni" (family gemv_w4a16_vnni, built for the cpu
+only, M = 1, CPU devices whose host has AVX512-VNNI: targets.cpu_has_avx512_vnni) asks for integer dot products of
+the codes with x as 15-bit fixed point per 128-k step (gemv_w4a16.cl's header): x is then rounded to a multiple of
+2^-14 of its step's largest |x| (elements within 2^3 of the largest exactly), about 1.6x faster, and outside the fp32
+bound where one element of a step dwarfs the others (an outlier channel). "auto" is "vnni" where it runs (M = 1 on
+such a host), else the default: what xe2rt.models.llm asks for.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ OP = "gemv_w4a16"
 FAMILIES = ("gemv_w4a16", "gemv_w4a16_alt")
 VNNI_FAMILY = "gemv_w4a16_vnni"
 DEQUANT = {"magic": 1, "plain": 0}
-DEQUANT_NAMES = ("magic", "plain", "vnni")
+DEQUANT_NAMES = ("magic", "plain", "vnni", "auto")
 
 
 def kernel_name(group_size: int, symmetric: bool, m: int = 1) -> str:
@@ -35,15 +38,15 @@ def kernel_name(group_size: int, symmetric: bool, m: int = 1) -> str:
 
 
 def program_variant(queue, target: str | None, dequant: str | None, m: int = 1):
-    """The program of the requested dequant variant (None: the target's default: "vnni" on a CPU device with
-    AVX512-VNNI for M = 1, else family gemv_w4a16; the batched kernels are those of gemv_w4a16 in every variant)."""
+    """The program of the requested dequant variant (None: the target's default, family gemv_w4a16; "auto": "vnni"
+    where it runs, else the default; the batched kernels are those of gemv_w4a16 in every variant)."""
     if dequant is not None and dequant not in DEQUANT_NAMES:
-        raise InputError(f"{OP}: dequant must be None, 'magic', 'plain' or 'vnni', got {dequant!r}")
+        raise InputError(f"{OP}: dequant must be None, 'magic', 'plain', 'vnni' or 'auto', got {dequant!r}")
     program = program_for(queue, FAMILIES[0], target)
     vnni = vnni_available(OP, "dequant='vnni'", dequant == "vnni", program.target, queue)
-    if vnni and dequant in (None, "vnni") and m == 1:
+    if vnni and dequant in ("auto", "vnni") and m == 1:
         return program_for(queue, VNNI_FAMILY, "cpu")
-    if dequant is None or program.constants["DEQUANT_MAGIC"] == DEQUANT[dequant]:
+    if dequant not in DEQUANT or program.constants["DEQUANT_MAGIC"] == DEQUANT[dequant]:
         return program
     return program_for(queue, FAMILIES[1], program.target)
 
@@ -68,8 +71,9 @@ def run(x, qw, *, out=None, target: str | None = None, dequant: str | None = Non
 
 def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequant: str | None = None):
     """y = dequant(qw) @ x for float16 x [K] (y [N]) or x [M, K] with M <= 16 (y [M, N] = x @ dequant(qw).T), qw a
-    QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain" /
-    "vnni", the last on CPU devices with AVX512-VNNI, where it is the default) overrides the target's default variant
-    (M = 1 only: the batched kernels dequantize exactly first either way);
+    QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain";
+    "vnni": integer dot products with x rounded to 15-bit fixed point per 128 k, CPU devices with AVX512-VNNI only;
+    "auto": "vnni" where it runs, else the default) overrides the target's default variant (M = 1 only: the batched
+    kernels dequantize exactly first either way);
     `target` forces a kernel target (bmg, lnl, cpu) for this call."""
     return run(x, qw, out=out, target=target, dequant=dequant)[0]
