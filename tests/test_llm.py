@@ -105,3 +105,21 @@ def test_default_queue_is_in_order(tmp_path):
     model = llm_mod.load(folder, max_tokens=32, progress=False)
     assert model.queue.is_in_order
     assert model.generate(np.arange(1, 6, dtype=np.int32), 3).shape == (3,)
+
+
+def test_exact_load_option(queue, tmp_path):
+    """load(exact=True) keeps the W4 layers on the kernels exact in the activations (the ops' default); exact=False
+    (the default) may take the integer-dot kernels; both match the float64 forward."""
+    from xe2rt.reference.llm import cosine_rows, forward
+    folder = rnd.write("tiny-llama", tmp_path / "m", fmt="gptq", group=32, seed=6)
+    ids = np.arange(3, 23, dtype=np.int32)
+    for exact in (True, False):
+        model = llm.load(folder, queue=queue, max_tokens=64, progress=False, exact=exact)
+        assert model.exact is exact
+        want = forward(model.cfg, model.reference_weights(), ids)
+        assert (1.0 - cosine_rows(model.logits(ids), want)).max() <= llm_checks.BOUND
+        tokens, logits = model.generate(ids, 4, return_logits=True)
+        full = forward(model.cfg, model.reference_weights(), np.concatenate([ids, tokens[:-1]]))
+        assert (1.0 - cosine_rows(logits, full[len(ids) - 1:])).max() <= llm_checks.BOUND
+    with pytest.raises(InputTypeError, match="exact must be True or False, got str"):
+        llm.load(folder, queue=queue, exact="yes")
