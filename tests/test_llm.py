@@ -2,6 +2,9 @@
 forward (xe2rt/checks/llm.py, shared with the selftest), sampling, and every bad input."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import dpctl
 import numpy as np
 import pytest
@@ -123,3 +126,33 @@ def test_exact_load_option(queue, tmp_path):
         assert (1.0 - cosine_rows(logits, full[len(ids) - 1:])).max() <= llm_checks.BOUND
     with pytest.raises(InputTypeError, match="exact must be True or False, got str"):
         llm.load(folder, queue=queue, exact="yes")
+
+
+def test_sampling_on_the_default_in_order_queue(tmp_path):
+    """load(queue=None) runs on an in-order queue; sampling there once deadlocked in dpnp.exp with kernels still
+    queued (dpnp 0.20 / oneMKL VM). Run in a subprocess with a timeout, so a regression fails instead of hanging."""
+    folder = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", seed=8)
+    code = ("import numpy as np; from xe2rt.models import llm; "
+            f"m = llm.load({str(folder)!r}, max_tokens=32, progress=False); "
+            "a = m.generate([5, 9, 13], 4, temperature=0.8, top_k=20, top_p=0.9, seed=3); "
+            "b = m.generate([5, 9, 13], 4, temperature=0.8, top_k=20, top_p=0.9, seed=3); "
+            "assert m.queue.is_in_order and np.array_equal(a, b); print('tokens', a.tolist())")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0 and "tokens" in res.stdout, res.stderr[-2000:]
+
+
+def test_sampling_extremes(model):
+    """A temperature so small that logits / T overflow float32 is greedy (the limit), not NaN; numpy scalars are
+    accepted where Python numbers are; a seed must be an int >= 0."""
+    ids = np.array([3, 1, 4, 1, 5], np.int32)
+    greedy = model.generate(ids, 3)
+    for t in (1e-30, 1e-39, 1e-45, 1e-60, np.float32(1e-40)):
+        np.testing.assert_array_equal(model.generate(ids, 3, temperature=t, seed=1), greedy)
+    a = model.generate(ids, 3, temperature=np.float32(0.7), top_p=np.float64(0.9), seed=np.int64(4))
+    np.testing.assert_array_equal(a, model.generate(ids, 3, temperature=0.7, top_p=0.9, seed=4))
+    with pytest.raises(InputError, match=r"seed must be None or an int >= 0.*got -1"):
+        model.generate(ids, 2, temperature=1.0, seed=-1)
+    with pytest.raises(InputError, match="seed must be None or an int >= 0"):
+        model.generate(ids, 2, temperature=1.0, seed="abc")
+    with pytest.raises(InputTypeError, match="temperature must be a real number >= 0, got str"):
+        model.generate(ids, 2, temperature="hot")

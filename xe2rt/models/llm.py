@@ -22,6 +22,7 @@ Generator); the host reads back only the chosen token id. A decode step replays 
 """
 from __future__ import annotations
 
+import numbers
 import operator
 import time
 
@@ -354,11 +355,14 @@ class DecoderLM:
             raise InputError(f"generate: prompt ({a.size} tokens) + max_new_tokens ({max_new_tokens}) = "
                              f"{a.size + max_new_tokens} exceeds max_tokens = {self.max_tokens} (the KV cache size "
                              f"given to load)")
-        if not isinstance(temperature, (int, float)) or not (temperature >= 0 and np.isfinite(temperature)):
+        if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real):
+            raise InputTypeError(f"generate: temperature must be a real number >= 0, got "
+                                 f"{type(temperature).__name__} {temperature!r}")
+        if not (temperature >= 0 and np.isfinite(temperature)):
             raise InputError(f"generate: temperature must be a finite number >= 0, got {temperature!r}")
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 0 <= top_k:
             raise InputError(f"generate: top_k must be an int >= 0 (0: no limit), got {top_k!r}")
-        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        if isinstance(top_p, (bool, np.bool_)) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:
             raise InputError(f"generate: top_p must be in (0, 1], got {top_p!r}")
         stops = set()
         if stop is not None:
@@ -370,6 +374,9 @@ class DecoderLM:
         if stream is not None and not callable(stream):
             raise InputTypeError(f"generate: stream must be callable (called with each token id), got "
                                  f"{type(stream).__name__}")
+        if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))
+                                 or seed < 0):
+            raise InputError(f"generate: seed must be None or an int >= 0 (numpy's default_rng seed), got {seed!r}")
         rng = np.random.default_rng(seed)
         out, kept = [], []
         self.step_seconds = []
@@ -398,7 +405,7 @@ class DecoderLM:
 
     def _choose(self, logits, temperature, top_k, top_p, rng) -> int:
         """The next token, chosen on the device from logits [1, V]; only the choice is read back."""
-        if temperature == 0:
+        if np.float32(temperature) == 0:  # 0, or a temperature below float32's smallest: greedy (the limit)
             if self._arg_rows and logits is self._logit_row:
                 if self._argmax is None:
                     import xe2rt
@@ -420,12 +427,17 @@ class DecoderLM:
                 r = int(host_row[0])
                 return r * ARG_ROW + int(host_idx[r])
             return int(dpnp.asnumpy(dpnp.argmax(logits[0])))
-        scaled = logits[0].astype(np.float32) / np.float32(temperature)
-        order = dpnp.argsort(-scaled)
+        row = logits[0].astype(np.float32)
+        order = dpnp.argsort(-row)  # the order does not depend on the temperature
         if top_k:
             order = order[:top_k]
-        vals = scaled[order]
-        p = dpnp.exp(vals - vals[0])
+        vals = row[order]
+        # (v - max) / temperature <= 0 before the exponential: no overflow at any temperature (logits / 1e-39 was inf,
+        # then NaN). The queue is drained first: dpnp.exp (oneMKL's VM path) on an in-order queue with kernels still
+        # queued deadlocked here (dpnp 0.20, dpctl 0.22.1; the default queue of load() is in-order).
+        shifted = (vals - vals[0]) / np.float32(temperature)
+        self.queue.wait()
+        p = dpnp.exp(shifted)
         if top_p < 1:
             c = dpnp.cumsum(p)
             p = dpnp.where(c - p < np.float32(top_p) * c[-1], p, 0)  # keep until the mass before reaches top_p
