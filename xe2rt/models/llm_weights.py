@@ -126,11 +126,13 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
             raise CheckpointError(f"{folder}: config.json says tie_word_embeddings true but lm_head.weight differs "
                                   f"from model.embed_tokens.weight")
         streamed = getattr(place, "rows", None)
-        if streamed is not None and not (cfg.tie_embeddings and head_mode in ("w4", "w8")):
+        if streamed is not None:
             # the largest tensors go to the device in row slices: no whole host copy beside the device one
             out["embed"] = streamed((cfg.vocab, h), ckpt.fp16_rows("model.embed_tokens.weight", (cfg.vocab, h)))
             tick()
-            if cfg.tie_embeddings:
+            if cfg.tie_embeddings and head_mode in ("w4", "w8"):  # quantized from the embeddings, slice by slice
+                out["lm_head"] = place(linear("model.embed_tokens", cfg.vocab, h, head_mode))
+            elif cfg.tie_embeddings:
                 out["lm_head"] = out["embed"]
             elif quantized_kind(ckpt, "lm_head") == "float" and head_mode in ("auto", "fp16"):
                 out["lm_head"] = streamed((cfg.vocab, h), ckpt.fp16_rows("lm_head.weight", (cfg.vocab, h)))
