@@ -156,3 +156,22 @@ def test_sampling_extremes(model):
         model.generate(ids, 2, temperature=1.0, seed="abc")
     with pytest.raises(InputTypeError, match="temperature must be a real number >= 0, got str"):
         model.generate(ids, 2, temperature="hot")
+
+
+def test_generate_command_line(tmp_path):
+    """python -m xe2rt generate streams the new token ids (no tokenizer in this folder) and ends with the one summary
+    line; bad --prompt-ids are one clear line and exit status 2."""
+    folder = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", seed=9)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "xe2rt", "generate", str(folder), *a], capture_output=True,
+                                    text=True, timeout=240)
+    res = run("--prompt-ids", "5,9,13", "-n", "4")
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.strip().splitlines()
+    assert len(lines[0].split()) == 4 and all(t.isdigit() for t in lines[0].split())
+    assert lines[-1].startswith("prompt tokens 3, prefill ") and "decode" in lines[-1] and "peak memory" in lines[-1]
+    model = llm.load(folder, max_tokens=16, progress=False)
+    assert [int(t) for t in lines[0].split()] == model.generate([5, 9, 13], 4).tolist()
+    for ids, message in [("1,,2", "must be comma-separated integers"), ("", "is empty"),
+                         ("4294967297", "outside int32"), (f"1,{model.cfg.vocab}", "outside the vocabulary")]:
+        res = run("--prompt-ids", ids, "-n", "2")
+        assert res.returncode == 2 and message in res.stderr, (ids, res.stderr[-1000:])

@@ -352,3 +352,122 @@ def test_load_peak_rss_tied_head_quantized(rss_tied_checkpoint, mode):
     before, peak, wbytes = map(int, res.stdout.split())
     assert wbytes > 100e6
     assert peak - before <= 1.5 * wbytes, (peak - before, wbytes, (peak - before) / wbytes)
+
+
+def _edit_header(path, edit):
+    """Rewrite a safetensors file's JSON header with `edit(table)` (the data bytes kept, the length updated)."""
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    table = json.loads(data[8:8 + n])
+    table = edit(table)
+    head = json.dumps(table).encode()
+    head += b" " * (-len(head) % 8)
+    path.write_bytes(struct.pack("<Q", len(head)) + head + data[8 + n:])
+
+
+def test_malformed_files_and_configs_are_named(tmp_path):
+    """Structures of the wrong JSON kind, overlapping tensors, duplicated shards and non-finite weights: each a
+    CheckpointError naming the file or field (an adversarial probe found raw AttributeError / TypeError tracebacks,
+    and silently accepted overlaps and NaN weights)."""
+    out = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=1)
+    st = out / "model.safetensors"
+    fresh = st.read_bytes()
+    cases = [
+        (lambda t: list(t.items()), "a JSON list, not a table of tensors"),
+        (lambda t: dict(t, **{"model.norm.weight": dict(t["model.norm.weight"], data_offsets=["0", "512"])}),
+         "corrupt safetensors header entry for 'model.norm.weight'"),
+        (lambda t: dict(t, **{"model.norm.weight": dict(t["model.norm.weight"], data_offsets=list(
+            t["model.layers.0.input_layernorm.weight"]["data_offsets"]))}), "overlap"),
+    ]
+    for edit, match in cases:
+        st.write_bytes(fresh)
+        _edit_header(st, edit)
+        with pytest.raises(CheckpointError, match=match):
+            load_weights(out, progress=False)
+    # non-finite weights in the file (fp16 NaN here; bf16 inf below)
+    st.write_bytes(fresh)
+    t = load_file(str(st))
+    bad = t["model.layers.0.mlp.up_proj.weight"].copy()
+    bad[3, 7] = np.nan
+    _rewrite_without(st, replace={"model.layers.0.mlp.up_proj.weight": bad})
+    with pytest.raises(CheckpointError, match=r"up_proj\.weight' \(F16\) holds nan at \(3, 7\): non-finite"):
+        load_weights(out, progress=False)
+    bf = rnd.write("tiny-llama", tmp_path / "bf", fmt="bf16", layers=1)
+    path = bf / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    n = struct.unpack("<Q", data[:8])[0]
+    begin = json.loads(data[8:8 + n])["model.layers.0.self_attn.o_proj.weight"]["data_offsets"][0]
+    data[8 + n + begin + 10:8 + n + begin + 12] = struct.pack("<H", 0x7F80)  # element 5 := bf16 +inf
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"o_proj\.weight' \(BF16\) holds inf at \(0, 5\): non-finite"):
+        load_weights(bf, progress=False)
+    # config fields of the wrong kind
+    st.write_bytes(fresh)
+    cfg = json.loads((out / "config.json").read_text())
+    for change, match in [({"rope_scaling": [1, 2]}, "rope_scaling must be a table"),
+                          ({"quantization_config": "gptq"}, "quantization_config must be a table"),
+                          ({"quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                                                    "config_groups": [1]}}, "malformed quantization_config"),
+                          ({"head_dim": "64"}, "head_dim must be a positive integer, got '64'"),
+                          ({"eos_token_id": [2, None]}, r"eos_token_id must be a token id or a list of token ids"),
+                          ({"architectures": "LlamaForCausalLM"}, "architectures must be a list")]:
+        (out / "config.json").write_text(json.dumps(dict(cfg, **change)))
+        with pytest.raises(CheckpointError, match=match):
+            read_config(out)
+    (out / "config.json").write_text("[]")
+    with pytest.raises(CheckpointError, match="must hold a JSON table"):
+        read_config(out)
+
+
+def test_shard_index_problems_are_named(tmp_path):
+    out = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=1)
+    st = out / "model.safetensors"
+    t = load_file(str(st))
+    names = sorted(t)
+    save_file({n: t[n] for n in names[:3]}, str(out / "a.safetensors"))
+    save_file({n: t[n] for n in names[2:]}, str(out / "b.safetensors"))  # names[2] in both
+    st.unlink()
+    index = out / "model.safetensors.index.json"
+    wm = {n: ("a.safetensors" if i < 3 else "b.safetensors") for i, n in enumerate(names)}
+    index.write_text(json.dumps({"weight_map": wm}))
+    with pytest.raises(CheckpointError, match=f"tensor '{names[2]}' is stored twice, in 'a.safetensors' and "
+                                              f"'b.safetensors'"):
+        load_weights(out, progress=False)
+    for weight_map, match in [(list(wm), "'weight_map' must map tensor names to shard file names"),
+                              ({names[0]: 5}, "'weight_map' must map tensor names"),
+                              ({names[0]: "../other/model.safetensors"}, "is not a file name in")]:
+        index.write_text(json.dumps({"weight_map": weight_map}))
+        with pytest.raises(CheckpointError, match=match):
+            load_weights(out, progress=False)
+
+
+def test_gptq_rules_hold_on_every_load_path(tmp_path):
+    """A v1 zero nibble of 15 (zero point 16) is refused with weights='fp16' as with 'auto' (it was dequantized under
+    that impossible reading); group_size -1 in config.json means one group per row and is checked against the
+    scales; a g_idx entry outside the groups is named with its index and value."""
+    out = rnd.write("tiny-llama", tmp_path / "m", fmt="gptq", group=32, sym=False, layers=1)
+    st = out / "model.safetensors"
+    fresh = st.read_bytes()
+    name = "model.layers.0.self_attn.q_proj.qzeros"
+    t = load_file(str(st))
+    t[name] = t[name].copy()
+    t[name][0, 0] = np.int32(0xF)  # column 0 of group 0 stores 15
+    save_file(t, str(st))
+    for weights in ("auto", "fp16"):
+        with pytest.raises(CheckpointError, match="group 0, column 0 stores 15, i.e. zero point 16"):
+            load_weights(out, weights=weights, progress=False)
+    st.write_bytes(fresh)
+    cfg = json.loads((out / "config.json").read_text())
+    q = dict(cfg["quantization_config"], group_size=-1)
+    (out / "config.json").write_text(json.dumps(dict(cfg, quantization_config=q)))
+    with pytest.raises(CheckpointError, match="scales imply group size 32 but config.json says group_size -1"):
+        load_weights(out, progress=False)
+    (out / "config.json").write_text(json.dumps(cfg))
+    t = load_file(str(st))
+    k = t["model.layers.0.self_attn.q_proj.qweight"].shape[0] * 8
+    g_idx = (np.arange(k) // 32).astype(np.int32)
+    g_idx[5] = -1
+    t["model.layers.0.self_attn.q_proj.g_idx"] = g_idx
+    save_file(t, str(st))
+    with pytest.raises(CheckpointError, match=r"g_idx\[5\] = -1 is outside the groups"):
+        load_weights(out, weights="fp16", progress=False)

@@ -111,6 +111,16 @@ def _field(raw: dict, name: str, kind=int, default=None, path="config.json"):
 def parse_quant(raw: dict | None, path: str = "config.json") -> QuantConfig:
     if not raw:
         return QuantConfig()
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: quantization_config must be a table, got {raw!r}")
+    try:
+        return _parse_quant(raw, path)
+    except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong JSON kind
+        raise CheckpointError(f"{path}: malformed quantization_config ({type(exc).__name__}: {exc}): "
+                              f"{str(raw)[:300]}") from None
+
+
+def _parse_quant(raw: dict, path: str) -> QuantConfig:
     method = raw.get("quant_method")
     if method not in QUANT_METHODS:
         raise UnsupportedModelError(f"{path}: quantization_config.quant_method {method!r} is not supported; "
@@ -159,7 +169,11 @@ def parse_quant(raw: dict | None, path: str = "config.json") -> QuantConfig:
 
 
 def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: must hold a JSON table of model settings, got a {type(raw).__name__}")
     archs = raw.get("architectures") or []
+    if not isinstance(archs, list):
+        raise CheckpointError(f"{path}: architectures must be a list of names, got {archs!r}")
     arch = archs[0] if len(archs) == 1 else None
     if arch not in ARCHITECTURES:
         raise UnsupportedModelError(f"{path}: architectures {archs!r} is not supported; supported: "
@@ -175,7 +189,7 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     hidden = _field(raw, "hidden_size")
     heads = _field(raw, "num_attention_heads")
     kv_heads = _field(raw, "num_key_value_heads", default=heads)
-    head_dim = raw.get("head_dim") or hidden // heads
+    head_dim = _field(raw, "head_dim") if raw.get("head_dim") is not None else hidden // heads
     if heads % kv_heads:
         raise CheckpointError(f"{path}: num_attention_heads {heads} must be a multiple of num_key_value_heads "
                               f"{kv_heads}")
@@ -183,6 +197,8 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
         raise UnsupportedModelError(f"{path}: head_dim {head_dim} is not supported; supported: 64, 128")
     scaling = raw.get("rope_scaling")
     if scaling is not None:
+        if not isinstance(scaling, dict):
+            raise CheckpointError(f"{path}: rope_scaling must be a table (or null), got {scaling!r}")
         kind = scaling.get("rope_type", scaling.get("type"))
         if kind != "llama3":
             raise UnsupportedModelError(f"{path}: rope_scaling type {kind!r} is not supported; supported: none, "
@@ -192,7 +208,9 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
         if not scaling["high_freq_factor"] > scaling["low_freq_factor"]:
             raise CheckpointError(f"{path}: rope_scaling high_freq_factor must exceed low_freq_factor, got {scaling}")
     eos = raw.get("eos_token_id")
-    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+    if not all(type(t) is int and t >= 0 for t in eos_ids):
+        raise CheckpointError(f"{path}: eos_token_id must be a token id or a list of token ids, got {eos!r}")
     layers = _field(raw, "num_hidden_layers")
     cfg = ModelConfig(arch, hidden, layers, heads, kv_heads, int(head_dim), _field(raw, "intermediate_size"),
                       _field(raw, "vocab_size"), _field(raw, "rms_norm_eps", float), _field(raw, "rope_theta", float),
@@ -253,6 +271,9 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
             table = json.loads(f.read(n))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise CheckpointError(f"{path}: corrupt safetensors header ({exc})") from None
+    if not isinstance(table, dict):
+        raise CheckpointError(f"{path}: corrupt safetensors header (a JSON {type(table).__name__}, not a table of "
+                              f"tensors)")
     out = {}
     base = 8 + n
     for name, meta in table.items():
@@ -260,6 +281,8 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
             continue
         try:
             dtype, shape, (b, e) = meta["dtype"], tuple(int(s) for s in meta["shape"]), meta["data_offsets"]
+            if not all(type(v) is int for v in (b, e)) or not all(type(v) is int and v >= 0 for v in meta["shape"]):
+                raise TypeError("offsets and shape must be non-negative integers")
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path}: corrupt safetensors header entry for {name!r}: {meta}") from None
         if dtype not in ITEMSIZE:
@@ -271,6 +294,11 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
             raise CheckpointError(f"{path}: truncated safetensors file: tensor {name!r} ends at byte {base + e} but "
                                   f"the file has {size} bytes")
         out[name] = TensorInfo(path, dtype, shape, base + b, base + e)
+    spans = sorted((t.begin, t.end, name) for name, t in out.items() if t.end > t.begin)
+    for (b0, e0, first), (b1, _, second) in zip(spans, spans[1:]):
+        if b1 < e0:  # the format lays tensors out back to back; overlapping ones would alias each other's bytes
+            raise CheckpointError(f"{path}: corrupt safetensors header: tensors {first!r} and {second!r} overlap "
+                                  f"(bytes [{b0 - base}, {e0 - base}) and from {b1 - base})")
     return out
 
 
@@ -286,7 +314,15 @@ class Checkpoint:
                 weight_map = json.loads(index.read_text())["weight_map"]
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise CheckpointError(f"{index}: corrupt index ({exc!r}); it must hold a 'weight_map'") from None
+            if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                           for k, v in weight_map.items()):
+                raise CheckpointError(f"{index}: corrupt index: 'weight_map' must map tensor names to shard file "
+                                      f"names, got {str(weight_map)[:200]}")
             files = sorted(set(weight_map.values()))
+            for name in files:
+                if Path(name).name != name:
+                    raise CheckpointError(f"{index}: shard {name!r} is not a file name in {self.folder} (shards "
+                                          f"live beside the index)")
         elif single.is_file():
             weight_map, files = None, ["model.safetensors"]
         else:
@@ -296,7 +332,11 @@ class Checkpoint:
             path = self.folder / name
             if not path.is_file():
                 raise CheckpointError(f"{index}: shard {name!r} is missing from {self.folder}")
-            self.tensors.update(read_header(path))
+            header = read_header(path)
+            for tensor in header.keys() & self.tensors.keys():
+                raise CheckpointError(f"{self.folder}: tensor {tensor!r} is stored twice, in "
+                                      f"{self.tensors[tensor].file.name!r} and {name!r}")
+            self.tensors.update(header)
         if weight_map is not None:
             for name, shard in weight_map.items():
                 info = self.tensors.get(name)
@@ -373,18 +413,21 @@ class Checkpoint:
                     raise CheckpointError(f"{t.file}: truncated while reading {name!r}")
                 self.bytes_read += part.nbytes
                 if t.dtype == "F16":
-                    yield r, part.reshape((n,) + t.shape[1:])
-                    continue
-                f32 = (part.astype(np.uint32) << np.uint32(16)).view(np.float32) if t.dtype == "BF16" else part
-                with np.errstate(over="ignore"):
-                    half = f32.astype(np.float16)
-                bad = np.isinf(half)
-                if bad.any() and np.isfinite(f32[bad]).any():
-                    j = np.argwhere(bad & np.isfinite(f32))[0]
-                    index = np.unravel_index((r + int(j[0])) * per_row + int(j[1]), t.shape)
-                    raise CheckpointError(f"{self.folder}: tensor {name!r} ({t.dtype}) holds "
-                                          f"{float(f32[j[0], j[1]]):.6g} at {tuple(int(i) for i in index)}, which "
-                                          f"overflows float16 (max 65504)")
+                    f32 = half = part
+                else:
+                    f32 = (part.astype(np.uint32) << np.uint32(16)).view(np.float32) if t.dtype == "BF16" else part
+                    with np.errstate(over="ignore"):
+                        half = f32.astype(np.float16)
+                finite = np.isfinite(half)
+                if not finite.all():  # a value that overflows float16, or inf / NaN in the file itself
+                    j = np.argwhere(~finite)[0]
+                    index = tuple(int(i) for i in np.unravel_index((r + int(j[0])) * per_row + int(j[1]), t.shape))
+                    value = float(f32[j[0], j[1]])
+                    if math.isfinite(value):
+                        raise CheckpointError(f"{self.folder}: tensor {name!r} ({t.dtype}) holds {value:.6g} at "
+                                              f"{index}, which overflows float16 (max 65504)")
+                    raise CheckpointError(f"{self.folder}: tensor {name!r} ({t.dtype}) holds {value} at {index}: "
+                                          f"non-finite weights (a corrupt file, or a diverged checkpoint)")
                 del f32
                 yield r, half.reshape((n,) + t.shape[1:])
 
@@ -433,7 +476,7 @@ def _gptq(ckpt: Checkpoint, prefix: str, n: int, k: int, q: QuantConfig, want_fl
     qweight = ckpt.raw(f"{prefix}.qweight", (k // 8, n), ("I32",))
     scales = ckpt.fp16(f"{prefix}.scales")
     g = _group_of(owner, k, scales.shape[0])
-    if q.group_size not in (0, -1, g) and not (q.group_size == -1 and g == k):
+    if not (q.group_size in (0, g) or (q.group_size == -1 and g == k)):  # -1: one group per row
         raise CheckpointError(f"{owner}: scales imply group size {g} but config.json says group_size "
                               f"{q.group_size}")
     if scales.shape != (k // g, n):
@@ -445,10 +488,16 @@ def _gptq(ckpt: Checkpoint, prefix: str, n: int, k: int, q: QuantConfig, want_fl
         codes = _unpack_nibbles(qweight.view(np.uint32).T).reshape(n, k)  # [n, k]
         zeros = _unpack_nibbles(qzeros.view(np.uint32)).reshape(k // g, n).astype(np.int32)
         if q.checkpoint_format == "gptq":
+            if (zeros == 15).any():  # the same rule as from_gptq, which the W4 path applies
+                gz, col = (int(v[0]) for v in np.nonzero(zeros == 15))
+                raise CheckpointError(f"{owner}: v1 qzeros store zero - 1; group {gz}, column {col} stores 15, i.e. "
+                                      f"zero point 16, which 4 bits cannot hold (is this a gptq_v2 checkpoint?)")
             zeros = zeros + 1
         gi = g_idx.astype(np.int64) if g_idx is not None else np.arange(k) // g
-        if gi.min() < 0 or gi.max() >= k // g:
-            raise CheckpointError(f"{owner}.g_idx holds group {int(gi.max())} outside [0, {k // g})")
+        bad = (gi < 0) | (gi >= k // g)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise CheckpointError(f"{owner}.g_idx[{j}] = {int(gi[j])} is outside the groups [0, {k // g})")
         if permuted and not want_float:
             raise UnsupportedModelError(
                 f"{owner}: GPTQ desc_act (act-order) with a permuted g_idx cannot be held as W4 groups of consecutive"

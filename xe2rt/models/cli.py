@@ -36,15 +36,27 @@ def run(args: argparse.Namespace) -> int:
     try:
         ids = None
         if args.prompt_ids is not None:
+            items = [t.strip() for t in args.prompt_ids.split(",")]
+            if items == [""]:
+                items = []
             try:
-                ids = np.array([int(t) for t in args.prompt_ids.split(",") if t.strip()], np.int32)
+                values = [int(t) for t in items]
             except ValueError:
                 print(f"xe2rt generate: --prompt-ids must be comma-separated integers, got {args.prompt_ids!r}",
                       file=sys.stderr)
                 return 2
+            if not values:
+                print("xe2rt generate: --prompt-ids is empty: a prompt needs at least one token", file=sys.stderr)
+                return 2
+            huge = [v for v in values if not -2**31 <= v < 2**31]
+            if huge:
+                print(f"xe2rt generate: --prompt-ids holds {huge[0]}, which is no token id (outside int32)",
+                      file=sys.stderr)
+                return 2
+            ids = np.array(values, np.int32)
         max_tokens = args.max_tokens
         if max_tokens is None:
-            max_tokens = min(4096, (len(ids) if ids is not None else 1024) + max(args.max_new_tokens, 0))
+            max_tokens = min(4096, max(1, (len(ids) if ids is not None else 1024) + max(args.max_new_tokens, 0)))
         queue = dpctl.SyclQueue(args.device, property="in_order") if args.device else None
         model = llm.load(args.path, queue=queue, weights=args.weights, group_size=args.group_size,
                          max_tokens=max_tokens)
