@@ -70,8 +70,8 @@ def build_folder(source: str, outdir, *, targets=config.TARGETS, options: tuple 
             try:
                 module = _module(src, name, targets, tuple(options))
                 manifest = builder.build([module], targets, staging, log=lambda *_: None)
-            except BuildError as exc:
-                raise CompileError(str(exc)) from None
+            except BuildError as exc:  # source.cl is the text passed here; its temporary folder is gone after this
+                raise CompileError(str(exc).replace(f" (in {work})", " (source.cl: the source text given)")) from None
         (staging / SOURCE_NAME).write_text(source)
         manifest["rebuild_command"] = ("Module.from_source(...) or xe2rt._compile.build_folder(...) "
                                        f"(options {list(options)}); the source is {SOURCE_NAME} in this folder")
