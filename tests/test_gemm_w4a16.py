@@ -138,6 +138,8 @@ def test_xe2_refuses_short_k_and_unaligned(queue, rng, target):
 def test_native_xe2_target_refused_on_cpu_device(queue, setup):
     a, qw = setup
     expect_refused(xe2rt.TargetError, "needs an Intel Xe2 GPU", lambda: W.run(a, qw, target="bmg"))
+    expect_refused(xe2rt.TargetError, "needs an Intel Xe2 GPU", lambda: W.run(a, qw, target="bmg", variant="auto"))
+    expect_refused(xe2rt.InputError, "variant must be one of", lambda: W.run(a, qw, variant=["vnni"]))
 
 
 @pytest.mark.parametrize("target", ["bmg", "lnl"])

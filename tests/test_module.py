@@ -294,13 +294,14 @@ def test_from_source_cache_follows_included_headers(tmp_path, queue, monkeypatch
     monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
     source = '#include "scale.h"\n__kernel void put(__global float* y) { y[get_global_id(0)] = SCALE; }'
     y = to_device(np.zeros(2, np.float32), queue)
-    for folder, value in (("a", 2), ("a", 5), ("b", 7)):
+    for folder, value, options in (("a", 2, ["-I."]), ("a", 5, ["-I."]), ("b", 7, ["-I."]), ("b", 8, ["-I", "."]),
+                                   ("b", 9, ["--include-directory=."])):
         (tmp_path / folder).mkdir(exist_ok=True)
         (tmp_path / folder / "scale.h").write_text(f"#define SCALE {value}.0f\n")
         monkeypatch.chdir(tmp_path / folder)
-        xe2rt.Module.from_source(source, options=["-I."], queue=queue).kernel("put")(
+        xe2rt.Module.from_source(source, options=options, queue=queue).kernel("put")(
             y, global_size=2, local_size=2).wait()
-        assert (y.asnumpy() == value).all(), folder
+        assert (y.asnumpy() == value).all(), (folder, options)
 
 
 def test_prebuilt_spirv_without_integer_signs(tmp_path, queue):

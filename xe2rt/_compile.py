@@ -58,6 +58,7 @@ def build_folder(source: str, outdir, *, targets=config.TARGETS, options: tuple 
     if not isinstance(source, str) or not source.strip():
         raise CompileError("source must be non-empty OpenCL C text")
     outdir = Path(os.fspath(outdir)).resolve()
+    options = _absolute_includes(tuple(options))
     targets = tuple(targets)
     for target in targets:
         config.check_target_name(target, "targets")
@@ -121,9 +122,22 @@ def _headers(source: str, include_dirs: list) -> dict:
 
 
 def _absolute_includes(options: tuple) -> tuple:
-    """The options with each -IDIR made absolute (a relative one means the current folder's, at this call)."""
-    return tuple(f"-I{Path(o[2:]).resolve()}" if isinstance(o, str) and o.startswith("-I") and len(o) > 2 else o
-                 for o in options)
+    """The options with every include folder as one absolute -IDIR (a relative one means the current folder's, at
+    this call): -IDIR, -I DIR, --include-directory=DIR and --include-directory DIR, as clang takes them."""
+    out, i = [], 0
+    while i < len(options):
+        o = options[i]
+        folder = None
+        if isinstance(o, str):
+            if o in ("-I", "--include-directory") and i + 1 < len(options) and isinstance(options[i + 1], str):
+                folder, i = options[i + 1], i + 1
+            elif o.startswith("-I") and len(o) > 2:
+                folder = o[2:]
+            elif o.startswith("--include-directory="):
+                folder = o.split("=", 1)[1]
+        out.append(f"-I{Path(folder).resolve()}" if folder is not None else o)
+        i += 1
+    return tuple(out)
 
 
 def cache_key(source: str, options: tuple, device, target: str, headers: dict | None = None) -> str:

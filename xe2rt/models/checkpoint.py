@@ -115,6 +115,8 @@ def parse_quant(raw: dict | None, path: str = "config.json") -> QuantConfig:
         raise CheckpointError(f"{path}: quantization_config must be a table, got {raw!r}")
     try:
         return _parse_quant(raw, path)
+    except (CheckpointError, UnsupportedModelError):
+        raise
     except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong JSON kind
         raise CheckpointError(f"{path}: malformed quantization_config ({type(exc).__name__}: {exc}): "
                               f"{str(raw)[:300]}") from None

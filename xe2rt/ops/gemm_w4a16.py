@@ -165,13 +165,13 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
         events: list | None = None):
     """Validate, launch, and return (out, event); event is None when nothing needed launching. `events`, a list,
     receives the event of every launch (the VNNI kernels make two), for timing."""
-    if variant not in FAMILIES and variant != "auto":
+    if not isinstance(variant, str) or (variant not in FAMILIES and variant != "auto"):
         raise InputError(f"{OP}: variant must be one of {sorted(FAMILIES) + ['auto']}, got {variant!r}")
     queue, m, n, k = check_inputs(a, qw, bias, activation, out)
     if uses_gemv(m, bias, activation):
         return gemv_w4a16.run(a, qw, out=out, target=target, dequant=variant if variant in ("vnni", "auto") else None)
     chosen = targets.resolve(queue.sycl_device, target)
-    _check_device_runs(variant, chosen, queue)
+    _check_device_runs("native" if variant == "auto" else variant, chosen, queue)  # "auto" off VNNI hosts: native
     program = program_for(queue, resolve_family(variant, chosen, queue), chosen)
     constants = program.constants
     xe2_shape = bool(constants["XE2_SHAPE"])
