@@ -82,7 +82,8 @@ def format_info(data: dict, isa: bool = False) -> str:
     for d in data["devices"]:
         lines.append(f"  {d['filter']:14s} {d['name']!r} -> target {d['target']}  ({d['why']}), "
                      f"hardware threads to fill: {d.get('hw_threads', '-')}"
-                     + ("; AVX512-VNNI: the W4 GEMV and GEMM run the *_vnni kernels" if d.get("avx512_vnni") else ""))
+                     + ("; AVX512-VNNI: the W4 GEMV and GEMM can run the *_vnni kernels (dequant / variant \"vnni\" or "
+                        "\"auto\"; xe2rt.models.llm does)" if d.get("avx512_vnni") else ""))
     by_target: dict[str, list] = {}
     for key, b in data["binaries"].items():
         by_target.setdefault(key.split("/")[0], []).append((key, b))
