@@ -176,7 +176,7 @@ INLINE float epilogue(float v, float bias, int act)
 {
     v += bias;
     if (act == ACT_RELU)
-        v = fmax(v, 0.0f);
+        v = v < 0.0f ? 0.0f : v; /* NaN stays NaN, as torch.relu and numpy's maximum keep it (fmax would give 0) */
     else if (act == ACT_GELU_TANH || act == ACT_GELU_ERF)
         v = gelu(v, act);
     return v;

@@ -291,3 +291,24 @@ def test_cpu_kn_static_local_memory_checked(queue, monkeypatch):
                                                      rf"{queue.sycl_device.local_mem_size}"):
         xe2rt.gemm_fp16(a, b, out=out, target="cpu")
     assert np.all(dpnp.asnumpy(out) == 5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_relu_keeps_nan(queue, rng, target):
+    """relu(NaN) is NaN, as in the float64 reference (numpy's maximum) and torch.relu; the shared epilogue used
+    fmax(v, 0), which makes it 0: a NaN input row came out as zeros. Also gemm_w4a16's epilogue (the same code)."""
+    m, n, k = 33, 64, 128
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    a[1, 1] = np.nan
+    b = (rng.standard_normal((k, n)) * 0.1).astype(np.float16)
+    variant = "native" if target == "cpu" else "xe2emu"
+    y = G.run(to_device(a, queue), to_device(b, queue), activation="relu", target=target, variant=variant)[0]
+    got = y.asnumpy()
+    assert np.isnan(got[1]).all() and not np.isnan(np.delete(got, 1, axis=0)).any()
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+    ok = np.delete(np.arange(m), 1)
+    np.testing.assert_allclose(got[ok].astype(np.float64), ref[ok], rtol=2e-2, atol=2e-2)
+    from xe2rt.ops import gemm_w4a16 as W
+    qw = xe2rt.quantize_w4(b.T.copy(), group_size=32).to_device(queue)
+    got = W.run(to_device(a, queue), qw, activation="relu", target=target, variant=variant)[0].asnumpy()
+    assert np.isnan(got[1]).all() and not np.isnan(np.delete(got, 1, axis=0)).any()

@@ -259,3 +259,23 @@ def test_importer_bad_input(rng):
         xe2rt.from_gptq(qweight, zeros16, scales, checkpoint_format="gptq")
     with pytest.raises(xe2rt.InputTypeError, match=r"scales must be float16"):
         xe2rt.from_awq(*pack_awq(qw)[:2], pack_awq(qw)[2].astype(np.float32))
+
+
+def test_option_types_and_importer_checks():
+    """group_size must be an int (128.0 slipped past the membership test and failed in a reshape), symmetric a bool
+    (any truthy value meant symmetric); from_gptq names N not a multiple of 8, and NaN / inf scales are refused."""
+    w = np.random.default_rng(0).standard_normal((8, 256)).astype(np.float32)
+    with pytest.raises(xe2rt.InputError, match="group_size must be one of .* got 128.0"):
+        xe2rt.quantize_w4(w, group_size=128.0)
+    with pytest.raises(xe2rt.InputTypeError, match="symmetric must be True or False, got str 'no'"):
+        xe2rt.quantize_w4(w, symmetric="no")
+    assert xe2rt.quantize_w4(w, group_size=np.int64(64), symmetric=np.bool_(False)).group_size == 64
+    from xe2rt.quant import from_awq, from_gptq
+    with pytest.raises(xe2rt.InputError, match=r"N \(qweight's columns\) must be a multiple of 8"):
+        from_gptq(np.zeros((8, 12), np.int32), np.zeros((2, 1), np.int32), np.ones((2, 12), np.float16))
+    scales = np.ones((2, 16), np.float16)
+    scales[1, 3] = np.nan
+    with pytest.raises(xe2rt.InputError, match=r"scales\[1, 3\] = nan: scales must be finite"):
+        from_gptq(np.zeros((8, 16), np.int32), np.full((2, 2), 0x77777777, np.int32), scales)
+    with pytest.raises(xe2rt.InputError, match=r"scales\[1, 3\] = nan: scales must be finite"):
+        from_awq(np.zeros((64, 2), np.int32), np.zeros((2, 2), np.int32), scales)

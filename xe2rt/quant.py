@@ -69,7 +69,8 @@ def _place(arrays: dict, queue):
 
 
 def _check_group_size(owner: str, group_size) -> None:
-    if group_size not in GROUP_SIZES:
+    if isinstance(group_size, (bool, np.bool_)) or not isinstance(group_size, (int, np.integer)) \
+            or group_size not in GROUP_SIZES:
         raise InputError(f"{owner}: group_size must be one of {GROUP_SIZES}, got {group_size!r}")
 
 
@@ -244,6 +245,9 @@ def quantize_w4(w, *, group_size: int = 128, symmetric: bool = True) -> Quantize
     """
     owner = "quantize_w4"
     _check_group_size(owner, group_size)
+    if not isinstance(symmetric, (bool, np.bool_)):
+        raise InputTypeError(f"{owner}: symmetric must be True or False, got {type(symmetric).__name__} "
+                             f"{symmetric!r}")
     host, queue = _weights_in(owner, w)
     n, k = host.shape
     if k % group_size:
@@ -308,6 +312,11 @@ def _from_codes(owner: str, q_kn: np.ndarray, zeros_gn: np.ndarray, scales_gn, q
         raise InputError(f"{owner}: scales must be [K/group_size, N] with N = {n} and K = {k}, got {scales.shape}")
     if scales.dtype != np.float16:
         raise InputTypeError(f"{owner}: scales must be float16, got {scales.dtype}")
+    finite = np.isfinite(scales)
+    if not finite.all():
+        g, c = (int(v) for v in np.argwhere(~finite)[0])
+        raise InputError(f"{owner}: scales[{g}, {c}] = {scales[g, c]}: scales must be finite (NaN / inf would make "
+                         f"every product of that group NaN)")
     group_size = k // scales.shape[0]
     _check_group_size(owner, group_size)
     if zeros_gn.shape != scales.shape:
@@ -337,6 +346,9 @@ def from_gptq(qweight, qzeros, scales, *, g_idx=None, checkpoint_format: str = "
     words = _int32_in(owner, "qweight", qweight)
     zwords = _int32_in(owner, "qzeros", qzeros)
     k, n = 8 * words.shape[0], words.shape[1]
+    if n % 8:
+        raise InputError(f"{owner}: N (qweight's columns) must be a multiple of 8 (qzeros pack 8 columns per word), "
+                         f"got qweight {words.shape}")
     if zwords.shape[1] * 8 != n:
         raise InputError(f"{owner}: qzeros must be [K/group_size, N/8] = [*, {n // 8}], got {zwords.shape}")
     q_kn = _unpack_nibbles(words.T).reshape(n, k).T  # [n, i, j] -> k = 8i + j
