@@ -194,7 +194,7 @@ def test_compile_error_names_file_and_line_and_writes_nothing(tmp_path, cli):
     (tmp_path / "bad.cl").write_text("__kernel void k(__global float* y) {\n    y[0] = 1.0f;\n"
                                      "    y[1] = undeclared_thing;\n}\n")
     proc = xe2rt_build("bad.cl", "-o", "out", cwd=tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "bad.cl:3:12: error: use of undeclared identifier 'undeclared_thing'" in proc.stderr
     assert not (tmp_path / "out").exists()
     assert not any(p.name.startswith(".out") for p in tmp_path.iterdir())
@@ -203,30 +203,30 @@ def test_compile_error_names_file_and_line_and_writes_nothing(tmp_path, cli):
     assert cli("good.cl", "-o", "out", "--targets", "cpu", cwd=tmp_path)[0] == 0
     before = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
     code, err = cli("bad.cl", "-o", "out", "--targets", "cpu", cwd=tmp_path)
-    assert code == 1 and "bad.cl:3:12: error" in err
+    assert code == 2 and "bad.cl:3:12: error" in err
     assert {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()} == before
 
 
 def test_half_without_the_fp16_pragma_gets_the_fix(tmp_path, cli):
     (tmp_path / "h.cl").write_text("__kernel void k(__global half* y, half a) {\n    y[0] = a;\n}\n")
     code, err = cli("h.cl", "-o", "out", "--targets", "cpu", cwd=tmp_path)
-    assert code == 1 and "h.cl:1:" in err and "'__private half' is not allowed" in err
+    assert code == 2 and "h.cl:1:" in err and "'__private half' is not allowed" in err
     assert "hint: OpenCL C 2.0 allows half scalars" in err and "cl_khr_fp16 : enable" in err
     assert not (tmp_path / "out").exists()
     # other compile errors get no such hint
     (tmp_path / "f.cl").write_text("__kernel void k(__global float* y) { y[0] = nothing; }\n")
     code, err = cli("f.cl", "-o", "out", "--targets", "cpu", cwd=tmp_path)
-    assert code == 1 and "undeclared identifier 'nothing'" in err and "hint:" not in err
+    assert code == 2 and "undeclared identifier 'nothing'" in err and "hint:" not in err
 
 
 def test_spec_with_a_missing_file(tmp_path, cli):
     (tmp_path / "fam.toml").write_text('source = "nowhere.cl"\n[targets.cpu]\nN = 1\n')
     code, err = cli("fam.toml", "-o", "out", cwd=tmp_path)
-    assert code == 1
+    assert code == 2
     assert f"source 'nowhere.cl' names a missing file ({tmp_path / 'nowhere.cl'})" in err
     assert not (tmp_path / "out").exists()
     code, err = cli("absent.toml", "-o", "out", cwd=tmp_path)
-    assert code == 1 and "absent.toml does not exist" in err
+    assert code == 2 and "absent.toml does not exist" in err
 
 
 def test_spec_with_variants_includes_and_two_sources(tmp_path, cli, queue, monkeypatch):
@@ -307,7 +307,7 @@ def test_prebuilt_spirv(tmp_path, cli, built):
     assert list(mix["bmg/mix.spv"]["kernels"]) == ["k"] and "axpy_h" in mix["cpu/mix.spv"]["kernels"]
     (tmp_path / "junk.spv").write_bytes(spv.read_bytes()[:64])
     code, err = cli("--spirv", "cpu=junk.spv", "-o", "out3", cwd=tmp_path)
-    assert code == 1 and "spirv-val validating junk for target cpu failed" in err
+    assert code == 2 and "spirv-val validating junk for target cpu failed" in err
     assert not (tmp_path / "out3").exists()
 
 
@@ -317,11 +317,11 @@ def test_bad_command_lines(tmp_path, cli, built):
                           (["-D", "1X=2"], "-D '1X=2': NAME must be a C identifier"),
                           (["--spirv", "gpu=a.spv"], "--spirv 'gpu=a.spv': expected TARGET=PATH")]:
         code, err = cli("k.cl", "-o", "out", *args, cwd=tmp_path)
-        assert code == 1 and message in err, err
+        assert code == 2 and message in err, err
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")
     code, err = cli("k.cl", "-o", "notes", cwd=tmp_path)
-    assert code == 1 and "is not an xe2rt build folder" in err
+    assert code == 2 and "is not an xe2rt build folder" in err
     assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
 
 

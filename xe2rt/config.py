@@ -52,11 +52,25 @@ def icd_setup_enabled() -> bool:
     return value != "1"
 
 
+def _usable_folder(variable: str, default: Path) -> Path:
+    """The folder a cache variable names (default when unset), created if needed; a ConfigError naming the variable
+    when it cannot be created or written."""
+    value = os.environ.get(variable, "").strip()
+    folder = Path(value).expanduser() if value else default
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{variable}={value or folder!s}: the folder cannot be created ({exc.strerror}); set "
+                          f"{variable} to a writable folder") from None
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"{variable}={value or folder!s}: the folder is not writable; set {variable} to a writable "
+                          f"folder")
+    return folder
+
+
 def model_cache_dir() -> Path:
-    value = os.environ.get("XE2RT_MODEL_CACHE", "").strip()
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "xe2rt" / "models"
+    return _usable_folder("XE2RT_MODEL_CACHE", Path.home() / ".cache" / "xe2rt" / "models")
 
 
 def cache_dir() -> Path:
-    value = os.environ.get("XE2RT_CACHE_DIR", "").strip()
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "xe2rt" / "from_source"
+    return _usable_folder("XE2RT_CACHE_DIR", Path.home() / ".cache" / "xe2rt" / "from_source")

@@ -69,11 +69,11 @@ def json_path(requested: str | None) -> Path:
     path = Path(requested) if requested else Path("selftest_results") / time.strftime("selftest_%Y%m%d_%H%M%S.json")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a"):
-            pass
     except OSError as exc:
         raise UsageError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
-    return path
+    if path.is_dir() or not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"cannot write the report to {path}: not a writable file in a writable folder")
+    return path  # nothing is created until the report is written: a run that fails leaves no empty file
 
 
 def _progress(total: int, label: str):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+from pathlib import Path
 
 from . import FAMILIES, STATIC_TABLE, report
 
@@ -26,10 +27,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..errors import InputError
     out = report.output_path(args.json, args.overwrite)  # refused before anything is measured
-    if args.plot and importlib.util.find_spec("matplotlib") is None:
-        from ..errors import InputError
-        raise InputError("--plot needs matplotlib: pip install 'xe2rt[plot]'")
+    if args.plot:
+        if importlib.util.find_spec("matplotlib") is None:
+            raise InputError("--plot needs matplotlib: pip install 'xe2rt[plot]'")
+        report.writable_folder("--plot", Path(args.plot))
+    if args.iters < 1:
+        raise InputError(f"--iters must be >= 1, got {args.iters}")
+    peers = {}
+    for item in getattr(args, "peer", []):
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            raise InputError(f"--peer {item!r}: expected NAME=DIR, e.g. llama.cpp=/path/to/llama.cpp/build/bin")
+        if not Path(folder).is_dir():
+            raise InputError(f"--peer {item!r}: {folder} is not a folder")
+        peers[name] = folder
     from ..parallel.mpi import world_size_from_env
     if world_size_from_env() > 1:  # under mpiexec: every rank runs the tp family, rank 0 reports
         from .tp import run_ranks
@@ -37,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     import xe2rt
     from .harness import BenchContext
     ctx = BenchContext(device=args.device, quick=args.quick, iters=args.iters)
-    ctx.peers = dict(p.split("=", 1) for p in getattr(args, "peer", []) if "=" in p)
+    ctx.peers = peers
     ctx.say(f"xe2rt {xe2rt.__version__} bench on {ctx.device.name!r} (target {ctx.target}), "
             f"LLC {ctx.llc_bytes / 2**20:.0f} MiB, weight pool >= {ctx.pool_bytes / 2**20:.0f} MiB")
     ctx.say("[0] measuring device read bandwidth (stream_read)")

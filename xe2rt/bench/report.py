@@ -3,6 +3,7 @@ the roofline plot. Used by the single-process run (bench/cli.py) and the MPI run
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -14,6 +15,17 @@ from ..errors import InputError
 DEFAULT_JSON = Path("bench_results") / "bench.json"
 
 
+def writable_folder(option: str, path: Path) -> None:
+    """Refuse, before a run, a path whose folder cannot be created or written (a run's results would be lost)."""
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{option} {path}: its folder cannot be created ({exc.strerror})") from None
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise InputError(f"{option} {path}: folder {folder} is not writable")
+
+
 def output_path(requested: str | None, overwrite: bool) -> Path:
     """Where the JSON goes, decided before anything is measured. An explicit path that exists is refused unless
     overwrite; the default path gets the next free numbered name (bench-2.json, ...) instead of replacing a run."""
@@ -21,6 +33,7 @@ def output_path(requested: str | None, overwrite: bool) -> Path:
         path = Path(requested)
         if path.exists() and not overwrite:
             raise InputError(f"--json {path} exists; pass --overwrite to replace it or choose another path")
+        writable_folder("--json", path)
         return path
     if overwrite or not DEFAULT_JSON.exists():
         return DEFAULT_JSON

@@ -67,7 +67,7 @@ def _parse_spirv(items: list[str]) -> dict[str, str]:
 def _parse_targets(text: str | None) -> list[str] | None:
     if text is None:
         return None
-    targets = [t.strip() for t in text.split(",") if t.strip()]
+    targets = list(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))  # as XE2RT_TARGET: any case
     bad = [t for t in targets if t not in spec.TARGETS]
     if bad or not targets:
         raise BuildError(f"--targets {text!r}: targets are a comma-separated subset of {','.join(spec.TARGETS)}")
@@ -200,7 +200,7 @@ def build_command(args, log=print) -> Path:
 def run(args) -> int:
     try:
         build_command(args)
-    except BuildError as exc:
+    except BuildError as exc:  # the command's input (sources, options, folders): status 2, as every xe2rt command
         print(f"xe2rt build: error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     return 0

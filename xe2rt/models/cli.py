@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from . import llm
     from .checkpoint import env_rss_bytes
+    streamed = []  # tokens printed so far (an error after them starts on a new line)
     try:
         ids = None
         if args.prompt_ids is not None:
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         text = []
 
         def stream(token):
+            streamed.append(token)
             if model.tokenizer is None:
                 print(token, end=" ", flush=True)
             else:  # decode the whole text so far: tokenizers join sub-words correctly only in context
@@ -76,13 +78,15 @@ def run(args: argparse.Namespace) -> int:
         out = model.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                              top_p=args.top_p, seed=args.seed, stop=model.cfg.eos_ids or None, stream=stream)
     except Xe2rtError as exc:
-        print(f"\nxe2rt generate: {exc}", file=sys.stderr)
+        message = str(exc)
+        message = message[len("generate: "):] if message.startswith("generate: ") else message
+        print(("\n" if streamed else "") + f"xe2rt generate: error: {message}", file=sys.stderr)
         return 2
     steps = model.step_seconds
-    prefill = len(ids) / steps[0] if steps else float("nan")
-    decode = (len(steps) - 1) / sum(steps[1:]) if len(steps) > 1 else float("nan")
+    prefill = f"{len(ids) / steps[0]:.1f} tok/s" if steps else "- (no new token)"
+    decode = f"{(len(steps) - 1) / sum(steps[1:]):.1f} tok/s" if len(steps) > 1 else "- (one new token or none)"
     print()
-    print(f"prompt tokens {len(ids)}, prefill {prefill:.1f} tok/s, decode {decode:.1f} tok/s ({len(out)} new), "
+    print(f"prompt tokens {len(ids)}, prefill {prefill}, decode {decode} ({len(out)} new), "
           f"peak memory {env_rss_bytes() / 2**20:.0f} MiB (weights {model.weight_bytes / 2**20:.0f} MiB, KV cache "
           f"{model.cache_bytes / 2**20:.0f} MiB)")
     return 0

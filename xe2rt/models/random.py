@@ -41,7 +41,8 @@ def shipped_config(name: str) -> dict:
         if (p / "config.json").is_file():
             return json.loads((p / "config.json").read_text())
         names = sorted(f.stem for f in CONFIG_DIR.glob("*.json"))
-        raise SystemExit(f"unknown model {name!r}: shipped configs are {', '.join(names)} (or give a config.json)")
+        from ..errors import InputError
+        raise InputError(f"unknown model {name!r}: shipped configs are {', '.join(names)} (or give a config.json)")
     return json.loads(path.read_text())
 
 
@@ -264,10 +265,12 @@ def write_tokenizer(out: Path, vocab: int) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m xe2rt.models.random", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m xe2rt.models.random",
+                                 description="Random-weight checkpoints in the exact Hugging Face layouts, for tests "
+                                             "and benchmarks on machines that cannot download weights.")
     ap.add_argument("name", help=f"one of {', '.join(MODELS)}, tiny-llama, tiny-qwen3, tiny-qwen3-moe, or a "
                                  f"config.json")
-    ap.add_argument("out")
+    ap.add_argument("out", help="the folder to write (config.json, model.safetensors or shards)")
     ap.add_argument("--format", default="fp16", choices=FORMATS)
     ap.add_argument("--layers", type=int, default=None, help="decoder layers to write (default: the config's)")
     ap.add_argument("--group", type=int, default=128, help="4-bit group size (32, 64, 128)")
@@ -280,8 +283,21 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.group not in (32, 64, 128):
         ap.error(f"--group must be 32, 64 or 128, got {a.group}")
-    out = write(a.name, a.out, fmt=a.format, layers=a.layers, group=a.group, sym=not a.asym, gptq_v2=a.gptq_v2,
-                shard_mb=a.shard_mb, seed=a.seed, tokenizer=a.tokenizer)
+    if a.layers is not None and a.layers < 1:
+        ap.error(f"--layers must be >= 1, got {a.layers}")
+    if a.seed < 0:
+        ap.error(f"--seed must be >= 0, got {a.seed}")
+    if a.shard_mb is not None and not a.shard_mb > 0:
+        ap.error(f"--shard-mb must be > 0, got {a.shard_mb}")
+    if (a.asym or a.gptq_v2) and a.format in ("fp16", "bf16"):
+        ap.error(f"--asym and --gptq-v2 apply to the 4-bit formats, not --format {a.format}")
+    from ..errors import Xe2rtError
+    try:
+        out = write(a.name, a.out, fmt=a.format, layers=a.layers, group=a.group, sym=not a.asym, gptq_v2=a.gptq_v2,
+                    shard_mb=a.shard_mb, seed=a.seed, tokenizer=a.tokenizer)
+    except (Xe2rtError, OSError) as exc:
+        print(f"python -m xe2rt.models.random: error: {exc}", file=sys.stderr)
+        return 2
     size = sum(p.stat().st_size for p in out.glob("*.safetensors"))
     print(f"wrote {out} ({size / 1e6:.1f} MB, format {a.format})")
     return 0
