@@ -175,7 +175,7 @@ def test_runs_on_the_cpu_device(queue, kernel_dir, target, rng):
     x = rng.standard_normal(n).astype(np.float32)
     groups = -(-n // 64)
     sums = to_device(np.zeros(groups, np.float32), queue)
-    launch.launch(program.kernel("group_sum"), [to_device(x, queue), sums, 64, n], groups * 64, 64, queue).wait()
+    launch.launch(program.kernel("group_sum"), [to_device(x, queue), sums, launch.LocalMemory(64 * 4), n], groups * 64, 64, queue).wait()
     ref = np.add.reduceat(np.pad(x.astype(np.float64), (0, groups * 64 - n)), np.arange(0, groups * 64, 64))
     # A 6-level tree of float32 additions: |error| <= 6 * 2^-24 * sum |x| per group.
     bound = 6 * 2.0 ** -24 * np.add.reduceat(np.abs(np.pad(x, (0, groups * 64 - n))).astype(np.float64),

@@ -17,7 +17,7 @@ def args(queue, slm=16):
     x = to_device(np.ones(64, np.float16), queue)
     w = to_device(np.ones((16, 64), np.float16), queue)
     y = to_device(np.zeros(16, np.float16), queue)
-    return [x, w, y, 16, 64, slm]
+    return [x, w, y, 16, 64, xe2rt.LocalMemory(4 * slm)]
 
 
 def test_work_group_too_large(queue, gemv_kernel):

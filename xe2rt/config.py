@@ -52,19 +52,26 @@ def icd_setup_enabled() -> bool:
     return value != "1"
 
 
+def folder_problem(folder: Path) -> str | None:
+    """Why files cannot be written into `folder` (created if missing), or None when they can: the one check behind
+    the cache variables, bench's --json / --plot and selftest's --json."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"the folder cannot be created ({exc.strerror})"
+    if not os.access(folder, os.W_OK):
+        return "the folder is not writable"
+    return None
+
+
 def _usable_folder(variable: str, default: Path) -> Path:
     """The folder a cache variable names (default when unset), created if needed; a ConfigError naming the variable
     when it cannot be created or written."""
     value = os.environ.get(variable, "").strip()
     folder = Path(value).expanduser() if value else default
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{variable}={value or folder!s}: the folder cannot be created ({exc.strerror}); set "
-                          f"{variable} to a writable folder") from None
-    if not os.access(folder, os.W_OK):
-        raise ConfigError(f"{variable}={value or folder!s}: the folder is not writable; set {variable} to a writable "
-                          f"folder")
+    problem = folder_problem(folder)
+    if problem:
+        raise ConfigError(f"{variable}={value or folder!s}: {problem}; set {variable} to a writable folder")
     return folder
 
 

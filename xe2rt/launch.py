@@ -123,7 +123,7 @@ def _param_specs(kernel) -> list[tuple]:
         dtype = np.dtype(_CL_DTYPES[param.type])
         # an integer whose sign the binary does not record (prebuilt SPIR-V without kernel-arg type strings): SPIR-V
         # integers have no sign, so either sign is accepted, as the same bits
-        unsigned = np.dtype(_CL_DTYPES["u" + param.type]) if getattr(param, "signed", True) is None and \
+        unsigned = np.dtype(_CL_DTYPES["u" + param.type]) if param.signed is None and \
             param.type in ("char", "short", "int", "long") else None
         if param.space in ("global", "constant"):
             specs.append(("g", where, param.type, dtype, unsigned))
@@ -209,7 +209,7 @@ def _real(where: str, cl_type: str, ctype, number: float):
 
 def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
     """Kernel arguments for dpctl, and the SLM bytes they request. A `__local T*` parameter takes LocalMemory(nbytes)
-    (or, from the shipped ops, an element count)."""
+    (from the shipped ops as from a user's kernel)."""
     specs = _specs(kernel)
     if len(args) != len(specs):
         raise InputError(f"{kernel.describe()}: takes {len(kernel.params)} arguments "
@@ -226,19 +226,14 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
                     continue
             out.append(_usm_memory(value, spec[1], spec[2], spec[3], queue, spec[4]))
         elif kind == "l":
-            if type(value) is LocalMemory:
-                nbytes = value.nbytes
-                if nbytes % spec[3]:
-                    raise InputError(f"{spec[1]}: LocalMemory({nbytes}) is not a whole number of {spec[4]} "
-                                     f"({spec[3]} bytes each)")
-                count = nbytes // spec[3]
-            elif type(value) is int:
-                count = value
-            else:
+            if type(value) is not LocalMemory:
                 raise InputTypeError(f"{spec[1]}: declared __local {spec[4]}* takes xe2rt.LocalMemory(nbytes), got "
-                                     f"{type(value).__name__}")
-            if count < 1:
-                raise LaunchLimitError(f"{spec[1]}: local buffer needs at least 1 element, got {count}")
+                                     f"{type(value).__name__} {value!r}")
+            nbytes = value.nbytes
+            if nbytes % spec[3]:
+                raise InputError(f"{spec[1]}: LocalMemory({nbytes}) is not a whole number of {spec[4]} "
+                                 f"({spec[3]} bytes each)")
+            count = nbytes // spec[3]
             out.append(dpctl.LocalAccessor(spec[2], (count,)))
             slm_bytes += count * spec[3]
         elif type(value) is int and spec[4] is not None and spec[4][0] <= value <= spec[4][1]:

@@ -46,7 +46,7 @@ class Kernel:
     """One kernel of a loaded module, built for the module's context and device. Call it to launch:
     `kernel(*args, global_size=..., local_size=..., queue=None) -> dpctl.SyclEvent` (see docs/own_kernels.md)."""
     __slots__ = ("name", "family", "target", "params", "sycl_kernel", "constants", "reqd_work_group_size",
-                 "reqd_sub_group_size", "module", "local_params", "__weakref__")
+                 "reqd_sub_group_size", "module", "__weakref__")
 
     def __init__(self, name, module, params, sycl_kernel, attrs: dict):
         self.name, self.module, self.params, self.sycl_kernel = name, module, params, sycl_kernel
@@ -54,7 +54,6 @@ class Kernel:
         wg = attrs.get("reqd_work_group_size")
         self.reqd_work_group_size = tuple(int(v) for v in wg) if wg else None
         self.reqd_sub_group_size = attrs.get("reqd_sub_group_size") or sycl_kernel.compile_sub_group_size or None
-        self.local_params = tuple(i for i, p in enumerate(params) if p.space == "local")
 
     def describe(self) -> str:
         return f"{self.family}/{self.name} (target {self.target})"
@@ -88,11 +87,6 @@ class Kernel:
                 raise InputError(f"{self.describe()}: built for {module_queue.sycl_device.name!r}, not for the "
                                  f"launch queue's device and context ({queue.sycl_device.name!r}); load the "
                                  f"module with queue=<that queue>")
-        for i in self.local_params:  # the shipped ops pass element counts; a user passes LocalMemory(nbytes)
-            if i < len(args) and type(args[i]) is not launch.LocalMemory:
-                p = self.params[i]
-                raise InputTypeError(f"{self.describe()} argument {p.name!r}: declared __local {p.type}* takes "
-                                     f"xe2rt.LocalMemory(nbytes), got {type(args[i]).__name__} {args[i]!r}")
         if local_size is None:
             if self.reqd_work_group_size is None:
                 raise InputError(f"{self.describe()}: local_size is required (the kernel declares no "
@@ -169,9 +163,8 @@ class Module:
                                     f"({type(exc).__name__}: {exc}); {self._rebuild}") from None
             mine = binary.get(name)
             same = mine is not None and mine[0] == listed[0]
-            if same and name in attrs:  # older build folders have no kernel_attrs
-                same = all(mine[1].get(k) == v for k, v in listed[1].items() if v is not None) and all(
-                    listed[1].get(k) == v for k, v in mine[1].items() if v is not None)
+            if same and name in attrs:  # older build folders have no kernel_attrs; unset sizes are None or absent
+                same = _set_fields(mine[1]) == _set_fields(listed[1])
             if not same:
                 raise ArtifactError(f"{self.path}: the manifest's signature of kernel {name!r} is not the binary's "
                                     f"(edited manifest?): manifest {listed}, binary {mine}; {self._rebuild}")
@@ -232,6 +225,10 @@ _manifests: dict = {}  # folder -> (mtime_ns, manifest)
 _modules: dict = {}  # (context, device, folder, target, module) -> Module
 _built: dict = {}  # (context, device, binary sha256, kernel or None) -> SyclProgram
 generation = 0  # bumped by clear(), so caches keyed on top of these (ops.common, fastcall) can tell
+
+
+def _set_fields(attrs: dict) -> dict:
+    return {k: v for k, v in attrs.items() if v is not None}
 
 
 def clear(programs: bool = False) -> None:

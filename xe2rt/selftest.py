@@ -67,12 +67,12 @@ def choose_devices(filter_string: str | None) -> list:
 def json_path(requested: str | None) -> Path:
     """The report path, checked writable before anything runs."""
     path = Path(requested) if requested else Path("selftest_results") / time.strftime("selftest_%Y%m%d_%H%M%S.json")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
-    if path.is_dir() or not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"cannot write the report to {path}: not a writable file in a writable folder")
+    from . import config
+    problem = config.folder_problem(path.parent)
+    if problem is None and (path.is_dir() or (path.exists() and not os.access(path, os.W_OK))):
+        problem = "not a writable file"
+    if problem:
+        raise UsageError(f"cannot write the report to {path}: {problem}")
     return path  # nothing is created until the report is written: a run that fails leaves no empty file
 
 

@@ -3,13 +3,13 @@ the roofline plot. Used by the single-process run (bench/cli.py) and the MPI run
 from __future__ import annotations
 
 import json
-import os
 import platform
 import time
 from pathlib import Path
 
 import xe2rt
 
+from .. import config
 from ..errors import InputError
 
 DEFAULT_JSON = Path("bench_results") / "bench.json"
@@ -17,13 +17,9 @@ DEFAULT_JSON = Path("bench_results") / "bench.json"
 
 def writable_folder(option: str, path: Path) -> None:
     """Refuse, before a run, a path whose folder cannot be created or written (a run's results would be lost)."""
-    folder = path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{option} {path}: its folder cannot be created ({exc.strerror})") from None
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise InputError(f"{option} {path}: folder {folder} is not writable")
+    problem = config.folder_problem(path.parent)
+    if problem:
+        raise InputError(f"{option} {path}: {problem}")
 
 
 def output_path(requested: str | None, overwrite: bool) -> Path:

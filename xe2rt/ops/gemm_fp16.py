@@ -182,7 +182,7 @@ def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, tar
         use_2d = not block2d_breaks(a, b, b_layout, m, n, k)
         geo = xe2_geometry(constants, targets.hw_threads(queue.sycl_device, program.target), m, n, k, use_2d)
         kernel = program.kernel(f"{OP}_{b_layout}_{geo['kernel']}")
-        args.append(max(1, geo["slm_floats"]))
+        args.append(launch.LocalMemory(4 * max(1, geo["slm_floats"])))
     else:
         geo = cpu_geometry(constants, b_layout, m, n)
         kernel = program.kernel(f"{OP}_{geo['kernel']}")

@@ -209,7 +209,7 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
         args[0] = xq
     if xe2_shape:
         geo = xe2_geometry(constants, targets.hw_threads(queue.sycl_device, program.target), m, n, k)
-        args.append(max(1, geo["slm_floats"]))
+        args.append(launch.LocalMemory(4 * max(1, geo["slm_floats"])))
     else:
         geo = cpu_geometry(constants, m, n)
     event = launch.launch(kernel, args, geo["global"], geo["local"], queue)

@@ -48,8 +48,9 @@ def geometry(constants: dict, target: str, n: int, m: int = 1, k: int = 0) -> tu
 
 
 def launch_args(m: int, head: list, n: int, k: int, slm_floats: int) -> list:
-    """Kernel arguments: the arrays, N, K, (M for the batched kernels), the SLM size."""
-    return [*head, n, k, slm_floats] if m == 1 else [*head, n, k, m, slm_floats]
+    """Kernel arguments: the arrays, N, K, (M for the batched kernels), the SLM buffer (`partial`, floats)."""
+    slm = launch.LocalMemory(4 * slm_floats)
+    return [*head, n, k, slm] if m == 1 else [*head, n, k, m, slm]
 
 
 def check_quantized(op: str, qw, kind: type, made_by: str) -> None:
