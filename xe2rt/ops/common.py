@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import artifacts, launch, module, targets
 from ..config import XE2_TARGETS
-from ..errors import InputError, InputTypeError
+from ..errors import InputError, InputTypeError, TargetError
 
 
 _programs: dict = {}
@@ -72,6 +72,27 @@ def xe2_tile_grid(constants: dict, hw_threads: int, tiles_m: int, tiles_n: int, 
     global_ = (ceil_div(tiles_n, sgs_n) * local[0], ceil_div(tiles_m, sgs_m) * sgs_m, slices)
     return {"slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}
 
+
+
+def check_native_xe2(op: str, native: bool, target: str, queue: dpctl.SyclQueue) -> None:
+    """The native bmg/lnl kernels (gemm_fp16, gemm_w4a16, prefill_attention) call the DPAS and 2D block built-ins
+    (cl_intel_subgroup_matrix_multiply_accumulate, cl_intel_subgroup_2d_block_io), which only an Xe2 GPU driver
+    provides; Intel's CPU runtime, asked to build them, fails without a message. Refuse before that with the reason
+    and the fix. `native`: the call runs the family's native kernels (not its xe2emu variant)."""
+    if not native or not is_xe2(target):
+        return
+    device = queue.sycl_device
+    try:
+        detected = targets.detect(device).target
+    except TargetError:
+        detected = None
+    if detected not in ("bmg", "lnl"):
+        raise TargetError(
+            f"{op}: target {target!r} needs an Intel Xe2 GPU: its kernels call "
+            f"intel_sub_group_f16_f16_matrix_mad_k16 (cl_intel_subgroup_matrix_multiply_accumulate) and "
+            f"intel_sub_group_2d_block_read_* (cl_intel_subgroup_2d_block_io), which device {device.name!r} does not "
+            f"provide; use target='cpu' or target=None, or variant='xe2emu' to run the Xe2 kernels with software DPAS "
+            f"and 2D block reads")
 
 
 def vnni_available(op: str, option: str, requested: bool, target: str, queue: dpctl.SyclQueue) -> bool:

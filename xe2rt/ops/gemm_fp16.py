@@ -32,8 +32,8 @@ import dpnp
 import numpy as np
 
 from .. import artifacts, launch, targets, validate
-from ..errors import InputError, LaunchLimitError, TargetError
-from .common import ceil_div, is_xe2, xe2_tile_grid
+from ..errors import InputError, LaunchLimitError
+from .common import ceil_div, check_native_xe2, xe2_tile_grid
 
 OP = "gemm_fp16"
 FAMILIES = {"native": "gemm_fp16", "xe2emu": "gemm_fp16_xe2emu"}
@@ -118,24 +118,6 @@ def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
             "global": (ceil_div(items_n, local_n) * local_n, ceil_div(m, constants["RM"]))}
 
 
-def _check_device_runs(family: str, target: str, queue) -> None:
-    """The native bmg/lnl binaries call the DPAS and 2D block built-ins, which only an Xe2 GPU driver provides; Intel's
-    CPU runtime, asked to build them, fails without a message. Refuse before that with the reason and the fix."""
-    if family != FAMILIES["native"] or not is_xe2(target):
-        return
-    device = queue.sycl_device
-    try:
-        detected = targets.detect(device).target
-    except TargetError:
-        detected = None
-    if detected not in ("bmg", "lnl"):
-        raise TargetError(
-            f"{OP}: target {target!r} needs an Intel Xe2 GPU: its kernels call "
-            f"intel_sub_group_f16_f16_matrix_mad_k16 (cl_intel_subgroup_matrix_multiply_accumulate) and "
-            f"intel_sub_group_2d_block_read_* (cl_intel_subgroup_2d_block_io), which device {device.name!r} does not "
-            f"provide; use target='cpu' or target=None, or variant='xe2emu' to run the Xe2 kernels with software DPAS "
-            f"and 2D block reads")
-
 
 def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, target: str | None = None,
         variant: str = "native"):
@@ -169,7 +151,7 @@ def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, tar
             raise InputError(f"{OP}: {name} = {value} exceeds {MAX_DIM} (2^31 - 257): the kernels index rows and "
                              f"columns with 32-bit ints (element offsets are 64-bit, so M*N*K itself is not limited)")
     chosen = targets.resolve(queue.sycl_device, target)
-    _check_device_runs(FAMILIES[variant], chosen, queue)
+    check_native_xe2(OP, variant == "native", chosen, queue)
     program = artifacts.load(queue, chosen, FAMILIES[variant])
     c = out if out is not None else launch.new_output((m, n), np.float16, queue)
     if m == 0 or n == 0:

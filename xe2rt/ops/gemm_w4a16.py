@@ -35,10 +35,10 @@ import dpnp
 import numpy as np
 
 from .. import _compat, targets, validate
-from ..errors import InputError, LaunchLimitError, TargetError
+from ..errors import InputError, LaunchLimitError
 from ..quant import QuantizedW4
 from . import gemv_w4a16
-from .common import ceil_div, is_xe2, program_for, vnni_available, workspace, xe2_tile_grid
+from .common import ceil_div, check_native_xe2, program_for, vnni_available, workspace, xe2_tile_grid
 from .gemm_fp16 import ACTIVATIONS, MAX_DIM, block2d_rule_breaks
 from .gemv_common import MAX_M as GEMV_MAX_M
 from .gemv_common import check_quantized
@@ -108,21 +108,6 @@ def resolve_family(variant: str, target: str, queue) -> str:
     return FAMILIES[variant]
 
 
-def _check_device_runs(variant: str, target: str, queue) -> None:
-    """The native bmg/lnl kernels call DPAS and 2D block built-ins only an Xe2 GPU driver provides (Intel's CPU
-    runtime fails to build them without a message): refuse before that, with the fix."""
-    if variant != "native" or not is_xe2(target):
-        return
-    try:
-        detected = targets.detect(queue.sycl_device).target
-    except TargetError:
-        detected = None
-    if detected not in ("bmg", "lnl"):
-        raise TargetError(
-            f"{OP}: target {target!r} needs an Intel Xe2 GPU: its kernels call intel_sub_group_f16_f16_matrix_mad_k16 "
-            f"and intel_sub_group_2d_block_read_*, which device {queue.sycl_device.name!r} does not provide; use "
-            f"target='cpu' or target=None, or variant='xe2emu' to run the Xe2 kernels with software DPAS and 2D reads")
-
 
 def check_inputs(a, qw, bias, activation, out):
     """Everything about the call's arrays; returns (queue, m, n, k)."""
@@ -171,8 +156,9 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
     if uses_gemv(m, bias, activation):
         return gemv_w4a16.run(a, qw, out=out, target=target, dequant=variant if variant in ("vnni", "auto") else None)
     chosen = targets.resolve(queue.sycl_device, target)
-    _check_device_runs("native" if variant == "auto" else variant, chosen, queue)  # "auto" off VNNI hosts: native
-    program = program_for(queue, resolve_family(variant, chosen, queue), chosen)
+    family = resolve_family(variant, chosen, queue)
+    check_native_xe2(OP, family == FAMILIES["native"], chosen, queue)
+    program = program_for(queue, family, chosen)
     constants = program.constants
     xe2_shape = bool(constants["XE2_SHAPE"])
     if xe2_shape and m and n and k:

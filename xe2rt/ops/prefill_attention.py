@@ -21,14 +21,13 @@ and 2D block reads, for any target, which is how the Xe2 code path runs on a CPU
 """
 from __future__ import annotations
 
-import math
 
 import dpnp
 import numpy as np
 
 from .. import launch, targets, validate
-from ..errors import InputError, InputTypeError, LaunchLimitError, TargetError
-from .common import attention_scale, ceil_div, is_xe2, program_for
+from ..errors import InputError, InputTypeError, LaunchLimitError
+from .common import attention_scale, ceil_div, check_native_xe2, program_for
 from .gemm_fp16 import _address, block2d_rule_breaks
 
 OP = "prefill_attention"
@@ -66,20 +65,6 @@ def cpu_scratch_floats(constants: dict, t: int, hkv: int, d: int) -> int:
 
 CONVERT_LOCAL = 64
 
-
-def _check_device_runs(family: str, target: str, queue) -> None:
-    """The native bmg/lnl binaries call DPAS and 2D block built-ins only an Xe2 GPU driver provides."""
-    if family != FAMILIES["native"] or not is_xe2(target):
-        return
-    try:
-        detected = targets.detect(queue.sycl_device).target
-    except TargetError:
-        detected = None
-    if detected not in ("bmg", "lnl"):
-        raise TargetError(
-            f"{OP}: target {target!r} needs an Intel Xe2 GPU (DPAS and 2D block read built-ins), which device "
-            f"{queue.sycl_device.name!r} does not provide; use target='cpu' or target=None, or variant='xe2emu' to run "
-            f"the Xe2 kernels with software DPAS and 2D block reads")
 
 
 def _validate(q, k, v, causal, scale, out):
@@ -130,7 +115,7 @@ def run(q, k, v, *, causal: bool = True, scale=None, out=None, target: str | Non
         raise InputError(f"{OP}: variant must be one of {sorted(FAMILIES)}, got {variant!r}")
     queue, t, hq, hkv, d = _validate(q, k, v, causal, scale, out)
     chosen = targets.resolve(queue.sycl_device, target)
-    _check_device_runs(FAMILIES[variant], chosen, queue)
+    check_native_xe2(OP, variant == "native", chosen, queue)
     program = program_for(queue, FAMILIES[variant], chosen)
     constants = program.constants
     if constants["XE2_SHAPE"]:
