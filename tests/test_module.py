@@ -206,15 +206,61 @@ def _wrong(mod, queue, other_queue):
     ]
 
 
-def test_every_wrong_launch_is_refused_before_launch(mod, queue):
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "after-warm-calls"])
+def test_every_wrong_launch_is_refused_before_launch(mod, queue, warm):
+    """Each wrong launch is refused, also when a correct call with the same arrays, scalar types and sizes has
+    stored a warm entry (launch.warm_launch), whose checks are the scalars' values."""
     other_queue = dpctl.SyclQueue(queue.sycl_device)  # same device, another queue
     y, cases = _wrong(mod, queue, other_queue)
+    if warm:
+        x, scratch = to_device(np.ones(64, np.float16), queue), to_device(np.ones(64, np.float32), queue)
+        zero = to_device(np.zeros(64, np.float16), queue)
+        for _ in range(2):  # the same keys as the wrong calls below where they can have one
+            mod.kernel("axpy_half")(zero, x, 0.0, 64, global_size=64, local_size=64)
+            mod.kernel("axpy_half")(zero, x, 0.0, 64, global_size=64, local_size=64, queue=queue)
+            mod.kernel("block_sum")(scratch, scratch, xe2rt.LocalMemory(256), 64, global_size=64, local_size=64)
     for call, message in cases:
         with pytest.raises(xe2rt.Xe2rtError, match=message):
             call()
     queue.wait()
     assert (y.asnumpy() == 7).all()  # nothing ran
     axpy_case(mod, queue)  # and everything still works
+
+
+def test_warm_calls_take_each_calls_scalars_and_views(mod, queue, rng):
+    """Repeated calls with one key (launch.warm_launch) use each call's scalar values; a view starting inside its
+    allocation, an int for the half parameter and a scalar out of range on a warm key take the full path."""
+    axpy = mod.kernel("axpy_half")
+    x_host = rng.standard_normal(128).astype(np.float16)
+    x = to_device(x_host, queue)
+    y = to_device(np.zeros(64, np.float16), queue)
+    expect = np.zeros(64, np.float64)
+    for step, a in enumerate([0.5, -2.0, 0.125, 3.0]):
+        n = 64 - 8 * step
+        axpy(y, x, a, n, global_size=64, local_size=64)
+        expect[:n] += a * x_host[:n].astype(np.float64)
+        expect = expect.astype(np.float16).astype(np.float64)  # y is half after each step
+    np.testing.assert_allclose(y.asnumpy(), expect, rtol=2**-9, atol=2**-14)
+    from xe2rt import launch
+    assert any(key[0] is axpy for key in launch._warm_calls)  # the calls after the first were warm
+    y2 = to_device(np.zeros(64, np.float16), queue)
+    axpy(y2, x[64:], 1.0, 64, global_size=64, local_size=64)  # a view inside x, same facts as x[:64] would have
+    axpy(y2, x[64:], 1.0, 64, global_size=64, local_size=64)
+    np.testing.assert_array_equal(y2.asnumpy(), (2 * x_host[64:].astype(np.float32)).astype(np.float16))
+    for _ in range(2):  # an int into half: converted, on a key of its own; the second call is warm
+        axpy(y2, x[:64], 1, 64, global_size=64, local_size=64)
+    expect2 = 2 * x_host[64:].astype(np.float64) + 2 * x_host[:64].astype(np.float64)
+    np.testing.assert_allclose(y2.asnumpy(), expect2, rtol=2**-10, atol=2**-14)  # two roundings to half
+    before = y2.asnumpy()
+    with pytest.raises(xe2rt.InputError, match=r"argument 'n': 2147483648 does not fit the kernel's int"):
+        axpy(y2, x[:64], 1.0, 2**31, global_size=64, local_size=64)
+    with pytest.raises(xe2rt.InputError, match=r"argument 'a': 100000.0 overflows the kernel's half"):
+        axpy(y2, x[:64], 1e5, 64, global_size=64, local_size=64)
+    with pytest.raises(xe2rt.InputTypeError, match=r"argument 'n': declared int takes an integer, got bool"):
+        axpy(y2, x[:64], 1.0, True, global_size=64, local_size=64)
+    with pytest.raises(xe2rt.InputTypeError, match=r"launch sizes must be ints"):
+        axpy(y2, x[:64], 1.0, 64, global_size=(True,), local_size=64)
+    np.testing.assert_array_equal(y2.asnumpy(), before)  # nothing ran
 
 
 def test_required_sub_group_size_the_device_lacks(tmp_path, queue, monkeypatch):

@@ -72,6 +72,7 @@ def _order_state_class():
 
 
 _OrderState = _order_state_class()
+_MANAGERS = dpctl.utils.SequentialOrderManager
 MANAGER_PRUNE_THRESHOLD = 16  # dpctl's own default for a new manager
 
 
@@ -83,7 +84,7 @@ def submit_ordered(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_siz
     manager is left holding this event alone (plus its host-task events, which only `wait` uses), and the next
     operation, ours or dpnp's, depends on one event that implies the rest. On an in-order queue the queue itself
     orders, so the launch takes no dependencies."""
-    manager = dpctl.utils.SequentialOrderManager[queue]
+    manager = _MANAGERS[queue]
     if _OrderState is None:
         event = queue.submit_async(sycl_kernel, packed, global_size, local_size,
                                    [] if in_order else manager.submitted_events)

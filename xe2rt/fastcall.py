@@ -37,9 +37,13 @@ from .launch import _recording
 _SCALAR_TYPES = frozenset((int, float, str, bool, type(None)))
 MAX_ENTRIES = 1024
 _UNCACHEABLE = object()
+_NO_OUT = object()
 _environ_get = _compat.environ_get
 _TARGET_KEY, _KERNEL_DIR_KEY = _compat.environ_key("XE2RT_TARGET"), _compat.environ_key("XE2RT_KERNEL_DIR")
 facts_of = launch.facts_of
+_array_facts = launch.array_facts
+_take = launch.pool.pool.take
+_ordered_submit = launch.ordered_submit
 
 
 def _env(name: str):
@@ -59,12 +63,18 @@ def _flatten(value, facts: list, arrays: list, hits: list) -> bool:
     False if the value is of a kind the key cannot express. Queues enter the key by identity: an entry holds its
     queue, so the identity cannot be reused while the entry can be found."""
     kind = type(value)
-    if kind is _DPNP_ARRAY or kind is dpt.usm_ndarray:
-        u = value.get_array() if kind is _DPNP_ARRAY else value
+    if kind is _DPNP_ARRAY:  # the facts' id alone (an int; every other kind of value starts with a type or a name)
+        u = value.get_array()
         hit = facts_of(u)
-        facts.append(kind)
-        facts.append(hit[2])
+        facts.append(hit[5])
         arrays.append((value, u))
+        hits.append(hit)
+        return True
+    if kind is dpt.usm_ndarray:
+        hit = facts_of(value)
+        facts.append(kind)
+        facts.append(hit[5])
+        arrays.append((value, value))
         hits.append(hit)
         return True
     if kind in _SCALAR_TYPES:
@@ -118,8 +128,14 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple
         if slot is None:
             return None
         result_slots.append(slot)
-    launches = [(step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, tuple(step.slots))
-                for step in recorder.steps]
+    launches = []
+    for step in recorder.steps:
+        # the packed arguments with the constants in place, and where this call's arrays and fresh outputs go
+        template = [what if kind == "const" else None for kind, what in step.slots]
+        ins = tuple((pos, what) for pos, (kind, what) in enumerate(step.slots) if kind == "in")
+        news = tuple((pos, what) for pos, (kind, what) in enumerate(step.slots) if kind == "new")
+        launches.append((step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, template,
+                         ins, news))
     fresh = [launch.pool.pool.spec(*spec) for _, spec in recorder.outputs]
     n_inputs = len(recorder.inputs)
     out_arrays = list(in_place) + list(range(n_inputs - n_out_args, n_inputs))
@@ -139,24 +155,22 @@ def _overlapping(entry: _Entry, hits: list) -> bool:
     return False
 
 
-def _memory(hit: tuple, u):
-    memory = hit[4]
-    return memory if memory is not None else launch.usm_memory(u)
-
-
 def _replay(entry: _Entry, arrays: list, hits: list):
-    take = launch.pool.pool.take
-    new = [take(spec) for spec in entry.fresh] if entry.fresh else ()
+    new = [_take(spec) for spec in entry.fresh] if entry.fresh else ()
     keep = (arrays, new)  # held until the kernels complete (launch._record)
-    for queue, sycl_kernel, global_size, local_size, in_order, slots in entry.launches:
-        packed = [what if kind == "const" else _memory(hits[what], arrays[what][1]) if kind == "in"
-                  else new[what].get_array().usm_data for kind, what in slots]
-        launch.ordered_submit(queue, sycl_kernel, packed, global_size, local_size, keep, in_order)
+    for queue, sycl_kernel, global_size, local_size, in_order, template, ins, news in entry.launches:
+        packed = template.copy()
+        for pos, what in ins:
+            memory = hits[what][4]  # facts_of's memory object, None for a view that starts inside its allocation
+            packed[pos] = memory if memory is not None else launch.usm_memory(arrays[what][1])
+        for pos, what in news:
+            packed[pos] = new[what].get_array().usm_data
+        _ordered_submit(queue, sycl_kernel, packed, global_size, local_size, keep, in_order)
     is_tuple, slots = entry.result
     if not is_tuple:
         kind, what = slots[0]
         return arrays[what][0] if kind == "in" else new[what]
-    return tuple(arrays[what][0] if kind == "in" else new[what] for kind, what in slots)
+    return tuple([arrays[what][0] if kind == "in" else new[what] for kind, what in slots])
 
 
 def _in_place_slots(in_place: tuple, args: tuple) -> tuple:
@@ -193,30 +207,48 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
                 return op(*args, **kwargs)
         facts = [op, _environ_get(_TARGET_KEY), _environ_get(_KERNEL_DIR_KEY), module.generation]
         arrays, hits = [], []
-        ok = True
-        for value in args:  # the common case, a dpnp array, inline
-            if type(value) is _DPNP_ARRAY:
+        for value in args:  # the common cases inline: a dpnp array (as _flatten does), a plain scalar
+            kind = type(value)
+            if kind is _DPNP_ARRAY:
                 u = value.get_array()
-                hit = facts_of(u)
-                facts.append(hit[2])
+                hit = _array_facts.get(id(u))  # facts_of's fast path, inline
+                if hit is None or hit[1] != u.shape or hit[0]() is not u:
+                    hit = facts_of(u)
+                facts.append(hit[5])
                 arrays.append((value, u))
                 hits.append(hit)
+            elif kind in _SCALAR_TYPES:
+                facts.append(kind)
+                facts.append(value)
             elif not _flatten(value, facts, arrays, hits):
-                ok = False
-                break
+                return op(*args, **kwargs)
         n_out_args = 0
-        if kwargs and ok:
-            for name in sorted(kwargs) if len(kwargs) > 1 else kwargs:  # `out` last: its arrays are the last ones
-                if name != "out":
-                    facts.append(name)
-                    ok = ok and _flatten(kwargs[name], facts, arrays, hits)
-            if "out" in kwargs:
+        if kwargs:
+            out = kwargs.get("out", _NO_OUT)
+            if out is _NO_OUT or len(kwargs) > 1:
+                for name in sorted(kwargs):
+                    if name != "out":
+                        facts.append(name)
+                        if not _flatten(kwargs[name], facts, arrays, hits):
+                            return op(*args, **kwargs)
+            if out is not _NO_OUT:  # last: its arrays are the call's last ones
                 n_before_out = len(arrays)
                 facts.append("out")
-                ok = ok and _flatten(kwargs["out"], facts, arrays, hits)
+                if type(out) is tuple:  # inline, as _flatten does
+                    facts.append(tuple)
+                    facts.append(len(out))
+                    for item in out:
+                        if type(item) is _DPNP_ARRAY:
+                            u = item.get_array()
+                            hit = facts_of(u)
+                            facts.append(hit[5])
+                            arrays.append((item, u))
+                            hits.append(hit)
+                        elif not _flatten(item, facts, arrays, hits):
+                            return op(*args, **kwargs)
+                elif not _flatten(out, facts, arrays, hits):
+                    return op(*args, **kwargs)
                 n_out_args = len(arrays) - n_before_out
-        if not ok:
-            return op(*args, **kwargs)
         try:
             key = tuple(facts)
             entry = _entries.get(key)

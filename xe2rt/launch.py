@@ -22,6 +22,7 @@ import atexit
 import collections
 import ctypes
 import functools
+import itertools
 import math
 import numbers
 import struct
@@ -68,13 +69,18 @@ def as_tuple(size) -> tuple[int, ...]:
 # ---- per-array facts ----
 
 ALIGNMENT = 64  # base-address residue kept in a warm call's key: the strictest alignment any kernel choice depends on
-# Per usm_ndarray alive: (weak reference, shape, its facts (dtype, shape, C-contiguous, queue id, address residue: a
-# warm call's key holds them, xe2rt.fastcall), first-byte address, the memory object a launch passes for it or None
-# for a view). A usm_ndarray's dtype, queue, data pointer and offset never change; its shape (and with it its
+# Per usm_ndarray alive: (weak reference, shape, its facts (dtype, shape, C-contiguous, queue id, address residue),
+# first-byte address, the memory object a launch passes for it or None for a view, the facts' id (_fact_ids: what a
+# warm call's key holds, xe2rt.fastcall)). A usm_ndarray's dtype, queue, data pointer and offset never change; its shape (and with it its
 # strides) can, in place (the shape setter), so an entry is used only while the shape is the one it was made with.
 # Entries leave with their array (the weak reference's callback). marshal reads them too: a launch on arrays whose
 # facts pass the signature's checks skips re-reading them.
 array_facts: dict = {}
+# facts tuple -> an int naming it in warm-call keys (hashed and compared per call at the cost of an int, not of a
+# dtype and a shape); ids come from a counter and are never reused
+_fact_ids: dict = {}
+_fact_counter = itertools.count()
+MAX_FACT_IDS = 1 << 16
 
 
 def _forget(key: int, ref) -> None:
@@ -92,7 +98,12 @@ def facts_of(u) -> tuple:
     address = _compat.first_element_address(u)
     memory = u.usm_data if _compat.element_offset(u) == 0 else None  # a view's memory object is made per launch
     facts = (u.dtype, shape, u.flags.c_contiguous, id(u.sycl_queue), address % ALIGNMENT)
-    hit = (weakref.ref(u, functools.partial(_forget, id(u))), shape, facts, address, memory)
+    fact_id = _fact_ids.get(facts)
+    if fact_id is None:
+        if len(_fact_ids) >= MAX_FACT_IDS:
+            _fact_ids.clear()  # ids are never reused: a new id for old facts misses a cache entry, never hits a wrong one
+        fact_id = _fact_ids.setdefault(facts, next(_fact_counter))
+    hit = (weakref.ref(u, functools.partial(_forget, id(u))), shape, facts, address, memory, fact_id)
     array_facts[id(u)] = hit
     return hit
 
@@ -517,8 +528,101 @@ def host_step(step: Callable[[], object]) -> None:
         step()
 
 
+# ---- warm Kernel calls ----
+# A Kernel call whose arguments are dpnp arrays, Python ints and floats and LocalMemory, with plain int sizes, is
+# keyed by the kernel, the queue argument, the sizes, each array's facts (launch.facts_of: dtype, shape, contiguity,
+# queue, alignment) and each scalar's type. Everything the checks verified for a key holds for every call with it
+# except the scalars' values and whether an array is a view starting inside its allocation: a warm call checks
+# those (and otherwise takes the full path, whose errors are the ones raised) and packs the rest from the entry.
+# The key's array facts name their queues; the entry holds its queue, so those ids cannot be reused meanwhile.
+_warm_calls: dict = {}
+MAX_WARM_CALLS = 4096
+
+
+def _plain_size(size) -> bool:
+    if type(size) is int:
+        return True
+    if type(size) is not tuple:
+        return False
+    for item in size:
+        if type(item) is not int:
+            return False
+    return True
+
+
+def warm_key(kernel, args: tuple, global_size, local_size, queue):
+    """(key, per-argument facts) of a Kernel call the warm path can take, else (None, None)."""
+    if _recording.current is not None or not _plain_size(global_size) or \
+            local_size is not None and not _plain_size(local_size):
+        return None, None
+    facts, hits = [kernel, queue, global_size, local_size], []
+    for value in args:
+        kind = type(value)
+        if kind is _DPNP_ARRAY:
+            hit = facts_of(value.get_array())
+            facts.append(hit[5])
+            hits.append(hit)
+        elif kind is int or kind is float:
+            facts.append(kind)
+            hits.append(None)
+        elif kind is LocalMemory:
+            facts.append(("local", value.nbytes))
+            hits.append(None)
+        else:
+            return None, None
+    return tuple(facts), hits
+
+
+def warm_launch(key, args: tuple, hits: list) -> dpctl.SyclEvent | None:
+    """Queue a call whose key a checked call stored (remember_warm); None when there is no entry or a value needs the
+    full path (a scalar out of its type's range, a view's memory object)."""
+    entry = _warm_calls.get(key)
+    if entry is None:
+        return None
+    queue, sycl_kernel, global_size, local_size, in_order, template, arrays, ints, reals, others = entry
+    packed = template.copy()
+    for pos in arrays:
+        memory = hits[pos][4]
+        if memory is None:
+            return None
+        packed[pos] = memory
+    for pos, ctype, low, high in ints:
+        value = args[pos]
+        if not low <= value <= high:
+            return None
+        packed[pos] = ctype(value)
+    for pos, spec in reals:
+        packed[pos] = _real(spec[1], spec[2], spec[3], args[pos])
+    for pos, spec in others:  # e.g. an int for a float parameter
+        packed[pos] = _scalar(spec, args[pos])
+    return ordered_submit(queue, sycl_kernel, packed, global_size, local_size, args, in_order)
+
+
+def remember_warm(key, kernel, args: tuple, submission: Submission) -> None:
+    """Store what warm_launch needs for `key`, from the checked submission of a call with it."""
+    template, arrays, ints, reals, others = list(submission.packed), [], [], [], []
+    for pos, (spec, value) in enumerate(zip(_specs(kernel), args)):
+        kind = type(value)
+        if kind is _DPNP_ARRAY:
+            arrays.append(pos)
+        elif kind is int and spec[4] is not None:
+            ints.append((pos, spec[3], spec[4][0], spec[4][1]))
+        elif kind is float and spec[4] is None:
+            reals.append((pos, spec))
+        elif kind is int or kind is float:
+            others.append((pos, spec))
+        else:
+            continue  # LocalMemory: its packed accessor is reused
+        template[pos] = None
+    if len(_warm_calls) >= MAX_WARM_CALLS:
+        _warm_calls.clear()
+    _warm_calls[key] = (submission.queue, submission.sycl_kernel, submission.global_size, submission.local_size,
+                        submission.in_order, template, tuple(arrays), tuple(ints), tuple(reals), tuple(others))
+
+
 def clear() -> None:
     """Forget per-kernel and per-queue verdicts (with xe2rt.module.clear)."""
+    _warm_calls.clear()
     _specs_cache.clear()
     _geometry_ok.clear()  # before the queues its ids refer to
     _device_limits.clear()

@@ -67,6 +67,11 @@ class Kernel:
         """Check every argument and the geometry against the signature and the device, then queue the kernel
         without waiting, ordered with dpnp's work on the queue. The queue is `queue`, else the first array
         argument's, else the module's; it must be on the module's device and context."""
+        key, hits = launch.warm_key(self, args, global_size, local_size, queue)
+        if key is not None:
+            event = launch.warm_launch(key, args, hits)
+            if event is not None:
+                return event
         if queue is None:
             for a in args:
                 if type(a) is _DPNP_ARRAY:
@@ -92,7 +97,10 @@ class Kernel:
                 raise InputError(f"{self.describe()}: local_size is required (the kernel declares no "
                                  f"reqd_work_group_size)")
             local_size = self.reqd_work_group_size[:len(launch.as_tuple(global_size))]
-        return launch.launch(self, args, global_size, local_size, queue)
+        submission = launch.prepare(self, args, global_size, local_size, queue)
+        if key is not None:
+            launch.remember_warm(key, self, args, submission)
+        return launch.enqueue(submission)
 
 
 class Module:

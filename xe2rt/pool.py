@@ -3,10 +3,10 @@
 dpctl frees USM memory with sycl::free, which on the OpenCL runtime blocks until the queued kernels that may use the
 allocation finish: a decode loop that drops each step's output would wait for the device at every free. The pool
 keeps small allocations and hands out each one wrapped in a fresh memory handle (a Python subclass of dpctl's
-MemoryUSMDevice, so it can be weakly referenced). Every array or view the user makes of the output refers to that
+MemoryUSMDevice). Every array or view the user makes of the output refers to that
 handle, and so does every launch record (xe2rt.launch keeps a kernel's arguments until its event completes, dpnp's
-keep-alive tasks do the same for its own ops). When the handle is collected, nothing can touch the allocation any
-more and its last kernel has completed: it goes back to the free list. A recycled allocation is handed out only on
+keep-alive tasks do the same for its own ops). When the handle is collected (its `__del__`), nothing can touch the
+allocation any more and its last kernel has completed: it goes back to the free list. A recycled allocation is handed out only on
 the queue it was made for, whose order manager orders the next writer after everything queued before.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import math
 import threading
-import weakref
 
 import dpctl
 import dpctl.memory
@@ -25,7 +24,15 @@ from . import _compat
 
 
 class _PooledMemory(dpctl.memory.MemoryUSMDevice):
-    """A handle on a pooled allocation; weak-referenceable, unlike dpctl's own memory classes."""
+    """A handle on a pooled allocation (`_base`, the pool's own memory object; dpctl's copy shares the allocation).
+    When the handle is collected, nothing can reach the allocation any more: `__del__` puts it back on its free list
+    (`_home`). No weak reference or closure per hand-out: a handle costs its construction and two attributes."""
+    __slots__ = ("_home", "_base")
+
+    def __del__(self):
+        home = getattr(self, "_home", None)
+        if home is not None:
+            home.append(self._base)
 
 
 class OutputPool:
@@ -33,8 +40,9 @@ class OutputPool:
     MAX_TOTAL = 64 << 20
 
     def __init__(self):
-        self._free: dict = {}  # (nbytes, queue) -> deque of allocations not referenced by any handle
-        self._watched: set = set()  # the weak references whose callbacks return allocations
+        # (nbytes, queue) -> deque of allocations no handle refers to; a deque, once made, stays (handles out
+        # there return to it)
+        self._free: dict = {}
         self._total = 0
         self._lock = threading.Lock()
 
@@ -55,33 +63,22 @@ class OutputPool:
         """A dpnp array of the shape, dtype and queue that `spec` (from `spec()`) describes, uninitialised."""
         shape, typestr, nbytes, key = spec
         if nbytes > self.MAX_BYTES_EACH:
-            memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])
-        else:
-            free = self._free.get(key)
-            base = None
-            if free:
-                try:
-                    base = free.pop()
-                except IndexError:  # emptied by another thread in between
-                    pass
-            if base is None:
-                base = dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])
-                with self._lock:
-                    if self._total + nbytes > self.MAX_TOTAL:
-                        return _compat.wrap_usm_ndarray(dpt.usm_ndarray(shape, typestr, None, base))
-                    self._total += nbytes
-            memory = _PooledMemory(base)
-            self._watched.add(weakref.ref(memory, self._returner(key, base)))
-        return _compat.wrap_usm_ndarray(dpt.usm_ndarray(shape, typestr, None, memory))
-
-    def _returner(self, key, base):
-        def give_back(ref):
-            self._watched.discard(ref)
-            free = self._free.get(key)
-            if free is None:
-                free = self._free.setdefault(key, collections.deque())
-            free.append(base)
-        return give_back
+            return _wrap(_usm_ndarray(shape, typestr, None, dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])))
+        free = self._free.get(key)
+        if free is None:
+            free = self._free.setdefault(key, collections.deque())
+        try:
+            base = free.pop()
+        except IndexError:  # none free (an empty deque raises; cheaper than testing first on the common path)
+            base = dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])
+            with self._lock:
+                if self._total + nbytes > self.MAX_TOTAL:
+                    return _wrap(_usm_ndarray(shape, typestr, None, base))
+                self._total += nbytes
+        memory = _PooledMemory(base)
+        memory._base = base
+        memory._home = free
+        return _wrap(_usm_ndarray(shape, typestr, None, memory))
 
     def free_count(self) -> int:
         return sum(len(d) for d in self._free.values())
@@ -90,8 +87,16 @@ class OutputPool:
         """Drop the free allocations (those still handed out return to the pool when released)."""
         with self._lock:
             for (nbytes, _), free in self._free.items():
-                self._total -= nbytes * len(free)
-            self._free.clear()
+                while True:
+                    try:
+                        free.pop()
+                    except IndexError:
+                        break
+                    self._total -= nbytes
+
+
+_usm_ndarray = dpt.usm_ndarray
+_wrap = _compat.wrap_usm_ndarray
 
 
 pool = OutputPool()
