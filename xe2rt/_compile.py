@@ -33,14 +33,14 @@ def _module(source_path: Path, name: str, targets, options: tuple):
     """A one-source xe2rt.build module: -DNAME=VALUE options become its constants (integers, recorded in the manifest
     as `python -m xe2rt build -D` records them) or defines, -IDIR include folders, the rest clang options."""
     from .build import cli, spec
-    defines, include_dirs, other = [], [], []
     for option in options:
         if not isinstance(option, str):
             raise CompileError(f"options must be strings (clang options such as -DN=4), got {option!r}")
+    include_dirs, rest = _include_dirs(options)
+    defines, other = [], []
+    for option in rest:
         if option.startswith("-D") and len(option) > 2:
             defines.append(option[2:])
-        elif option.startswith("-I") and len(option) > 2:
-            include_dirs.append(str(Path(option[2:]).resolve()))
         else:
             other.append(option)
     constants, plain = cli._parse_defines(defines)
@@ -140,6 +140,17 @@ def _absolute_includes(options: tuple) -> tuple:
     return tuple(out)
 
 
+def _include_dirs(options: tuple) -> tuple[list, list]:
+    """(absolute include folders in order, the other options), whichever form each -I option took."""
+    folders, rest = [], []
+    for o in _absolute_includes(tuple(options)):
+        if isinstance(o, str) and o.startswith("-I") and len(o) > 2:
+            folders.append(o[2:])
+        else:
+            rest.append(o)
+    return folders, rest
+
+
 def cache_key(source: str, options: tuple, device, target: str, headers: dict | None = None) -> str:
     facts = [CACHE_FORMAT, source, list(options), device.name, device.driver_version, target, _compilers(),
              headers or {}]
@@ -151,7 +162,7 @@ def cached_build(source: str, options: tuple, device, target: str) -> Path:
     if not isinstance(source, str) or not source.strip():
         raise CompileError("from_source: source must be non-empty OpenCL C text")
     options = _absolute_includes(tuple(options))
-    include_dirs = [Path(o[2:]) for o in options if isinstance(o, str) and o.startswith("-I") and len(o) > 2]
+    include_dirs = [Path(d) for d in _include_dirs(options)[0]]
     folder = config.cache_dir() / cache_key(source, options, device, target, _headers(source, include_dirs))
     if (folder / "manifest.json").is_file():
         return folder

@@ -122,10 +122,9 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         alt = ctx.time_wall(lambda i: dpnp_dequant_matvec_w4(pool[i % copies], x32), warmup=1)
         del pool
         for dq, seconds, wall, read_gbps in timed:
-            name = {"magic": "bias", "plain": "plain", "vnni": "vnni"}[dq]
             tag = "default" if dq == variants[0] else "other"
             how = {"magic": "bias correction", "plain": "per-element", "vnni": "AVX512-VNNI integer dot products"}[dq]
-            results.append(Result("gemv_w4a16", f"{n}x{k} g{GROUP}", f"{ctx.target}:{name}", seconds, wall,
+            results.append(Result("gemv_w4a16", f"{n}x{k} g{GROUP}", f"{ctx.target}:{dq}", seconds, wall,
                                   bytes=nbytes, flops=2 * n * k, alternative="dpnp deq f32+matvec", alt_seconds=alt,
                                   note=f"{tag} dequant ({how}); "
                                        f"int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; pool {copies} copies",
@@ -140,7 +139,7 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         seconds = ctx.time_events(lambda i: w4_op.run(x, pool[i % copies], out=y)[1])
         wall = ctx.time_wall(lambda i: w4_op.gemv_w4a16(x, pool[i % copies], out=y))
         del pool
-        default = {"magic": "bias", "plain": "plain", "vnni": "vnni"}[variants[0]]
+        default = variants[0]
         results.append(Result("gemv_w4a16", f"{n}x{k} g{g}zp", f"{ctx.target}:{default}",
                               seconds, wall, bytes=w4_bytes(n, k, g, False), flops=2 * n * k,
                               note=f"default dequant; int4 codes {n * k / 2 / seconds / 1e9:.1f} GB/s; "

@@ -56,12 +56,13 @@ def format_table(rows: list[dict], read_gbps: float) -> str:
              f"each row's %readBW is against its own probe (column 'probe', GB/s, higher of right before and right "
              f"after its timed loop)", head, "-" * len(head)]
     fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
+    speedup = lambda v: format(v, "6.2f") + "x" if v is not None else "-"  # noqa: E731
     for r in rows:
         lines.append(f"{r['family']:12s} {r['case']:22s} {r['variant']:8s} {r['seconds'] * 1e3:9.3f} "
                      f"{fmt(r['gbps'], '7.1f'):>7s} {fmt(r['pct_read_bw'], '6.1f'):>6s}% "
                      f"{fmt(r['tflops'], '8.4f'):>8s} {r['read_gbps']:6.1f} {r['wall_seconds'] * 1e3:8.3f} "
                      f"{r['alternative'] or '-':>22s} {fmt(r['alt_seconds'] and r['alt_seconds'] * 1e3, '8.3f'):>8s} "
-                     f"{fmt(r['speedup_vs_alt'], '6.2f'):>6s}x  {r['note']}")
+                     f"{speedup(r['speedup_vs_alt']):>7s}  {r['note']}")
     return "\n".join(lines)
 
 
