@@ -314,6 +314,88 @@ def test_integer_scalars_of_every_width(tmp_path, queue, monkeypatch):
         assert o.asnumpy().tolist() == [int(c), int(uc), s, us, ui, l, int(ul) >> 1]
 
 
+VECTOR_SOURCE = r"""
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+__kernel void scale4(__global float4* y, __global const float4* x, float a) {
+    int i = get_global_id(0);
+    y[i] = a * x[i];
+}
+__kernel void lanes(__global float* y, float4 v, int3 w, half2 h, uchar2 u) {
+    y[0] = v.x; y[1] = v.y; y[2] = v.z; y[3] = v.w; y[4] = w.x; y[5] = w.y; y[6] = w.z; y[7] = h.x; y[8] = h.y;
+    y[9] = u.x; y[10] = u.y;
+}
+__kernel void group_sum4(__global const float4* x, __global float* out, __local float4* tmp) {
+    int l = get_local_id(0);
+    tmp[l] = x[get_global_id(0)];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (l == 0) {
+        float4 s = 0;
+        for (int j = 0; j < (int)get_local_size(0); j++) s += tmp[j];
+        out[get_group_id(0)] = s.x + s.y + s.z + s.w;
+    }
+}
+"""
+
+
+def test_vector_types(tmp_path, queue, monkeypatch, rng):
+    """float4* pointers take float32 arrays aligned to 16 bytes; vectors by value (float4, int3, half2, uchar2) take
+    their lanes as sequences and arrive lane by lane; __local float4* takes LocalMemory in whole float4. Exact
+    (copies, a scale by 2, sums of small integers)."""
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    mod = xe2rt.Module.from_source(VECTOR_SOURCE, queue=queue)
+    x_host = rng.standard_normal(64).astype(np.float32)
+    x, y = to_device(x_host, queue), to_device(np.zeros(64, np.float32), queue)
+    for _ in range(2):  # cold, then warm
+        mod.kernel("scale4")(y, x, 2.0, global_size=16, local_size=4)
+    np.testing.assert_array_equal(y.asnumpy(), 2 * x_host)
+    mod.kernel("scale4")(y[4:], x[8:], 0.5, global_size=8, local_size=4)  # views at whole float4 offsets
+    np.testing.assert_array_equal(y.asnumpy()[4:36], 0.5 * x_host[8:40])
+
+    out = to_device(np.zeros(11, np.float32), queue)
+    mod.kernel("lanes")(out, [1.5, -2, 3, 3e38], (7, -8, 2**31 - 1), np.array([0.5, 65504], np.float16), (255, 0),
+                        global_size=1, local_size=1)
+    assert out.asnumpy().tolist() == [1.5, -2, 3, np.float32(3e38), 7, -8, np.float32(2**31 - 1), 0.5, 65504, 255, 0]
+    plan = xe2rt.bind(mod.kernel("lanes"), out, [1, 2, 3, 4], [5, 6, 7], [8, 9], [10, 11], global_size=1,
+                      local_size=1)
+    plan.launch().wait()
+    assert out.asnumpy().tolist() == list(range(1, 12))
+
+    sums = to_device(np.zeros(4, np.float32), queue)
+    ints = to_device(np.arange(64, dtype=np.float32), queue)
+    mod.kernel("group_sum4")(ints, sums, xe2rt.LocalMemory(4 * 16), global_size=16, local_size=4)
+    np.testing.assert_array_equal(sums.asnumpy(), np.arange(64).reshape(4, 16).sum(axis=1))
+
+
+def test_vector_types_wrong_launches(tmp_path, queue, monkeypatch):
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    mod = xe2rt.Module.from_source(VECTOR_SOURCE, queue=queue)
+    x, y = to_device(np.ones(64, np.float32), queue), to_device(np.full(64, 7, np.float32), queue)
+    scale4, lanes = mod.kernel("scale4"), mod.kernel("lanes")
+    one = dict(global_size=1, local_size=1)
+    good = ([1, 2, 3, 4], (1, 2, 3), (0.5, 1), (1, 2))
+    cases = [
+        (lambda: scale4(y, x[1:], 2.0, global_size=4, local_size=4),
+         r"argument 'x': declared float4\* needs its first element aligned to 16 bytes .* 4 bytes past"),
+        (lambda: scale4(y, to_device(np.ones(64, np.float16), queue), 2.0, global_size=4, local_size=4),
+         r"argument 'x': declared float4\* needs float32, got float16"),
+        (lambda: lanes(y, [1, 2, 3], *good[1:], **one), r"argument 'v': declared float4 takes 4 numbers, got shape"),
+        (lambda: lanes(y, 1.0, *good[1:], **one), r"argument 'v': declared float4 \(a vector by value\) takes a list"),
+        (lambda: lanes(y, x, *good[1:], **one), r"argument 'v': declared float4 \(a vector by value\) takes a list"),
+        (lambda: lanes(y, good[0], (1.5, 2, 3), *good[2:], **one), r"argument 'w': declared int3 takes integers"),
+        (lambda: lanes(y, good[0], (1, 2, 2**31), *good[2:], **one), r"argument 'w': 2147483648 does not fit"),
+        (lambda: lanes(y, *good[:2], (1e5, 1), good[3], **one), r"argument 'h': .* overflows the kernel's half2"),
+        (lambda: lanes(y, *good[:3], (256, 0), **one), r"argument 'u': 256 does not fit the kernel's uchar2"),
+        (lambda: lanes(y, *good[:3], (True, 0), **one), r"argument 'u': declared uchar2 takes numbers, got bool"),
+        (lambda: mod.kernel("group_sum4")(x, y, xe2rt.LocalMemory(8), global_size=16, local_size=4),
+         r"argument 'tmp': LocalMemory\(8\) is not a whole number of float4 \(16 bytes each\)"),
+    ]
+    for call, message in cases:
+        with pytest.raises(xe2rt.Xe2rtError, match=message):
+            call()
+    queue.wait()
+    assert (y.asnumpy() == 7).all()  # nothing ran
+
+
 def test_load_after_the_folder_is_rebuilt(tmp_path, queue):
     """xe2rt.load of a folder rebuilt in the same process returns the new binary (its manifest changed), not the
     module it loaded before."""

@@ -25,6 +25,7 @@ import functools
 import itertools
 import math
 import numbers
+import re
 import struct
 import threading
 import weakref
@@ -123,28 +124,88 @@ class LocalMemory:
         return f"LocalMemory({self.nbytes})"
 
 
+_VECTOR_TYPE = re.compile(r"^([a-z]+?)(2|3|4|8|16)$")
+
+
+def _element_type(cl_type: str) -> tuple[str, int]:
+    """(scalar C type, lanes) of an OpenCL C scalar or vector type name; ("", 0) for anything else."""
+    if cl_type in _CL_DTYPES:
+        return cl_type, 1
+    match = _VECTOR_TYPE.match(cl_type)
+    if match and match.group(1) in _CL_DTYPES:
+        return match.group(1), int(match.group(2))
+    return "", 0
+
+
 def _param_specs(kernel) -> list[tuple]:
-    """Per parameter, what marshal needs, computed once per kernel."""
+    """Per parameter, what marshal needs, computed once per kernel. Vector types (float4, half8, uint2, ...): a
+    pointer to them takes an array of their element type whose first element is aligned to the vector's size (a
+    3-lane vector occupies 4 lanes, as in OpenCL C); a vector by value takes its lanes as a sequence of numbers."""
     specs = []
     for param in kernel.params:
         where = f"{kernel.describe()} argument {param.name!r}"
-        if param.type not in _CL_DTYPES:
+        scalar, lanes = _element_type(param.type)
+        if not lanes:
             raise InputTypeError(f"{where}: parameter type {param.type!r} is not supported by the launcher "
-                                 f"(supported: {', '.join(_CL_DTYPES)}, pointers to them)")
-        dtype = np.dtype(_CL_DTYPES[param.type])
+                                 f"(supported: {', '.join(_CL_DTYPES)}, their vectors (2, 3, 4, 8, 16 lanes), "
+                                 f"pointers to them)")
+        dtype = np.dtype(_CL_DTYPES[scalar])
+        vector_bytes = dtype.itemsize * (4 if lanes == 3 else lanes)
         # an integer whose sign the binary does not record (prebuilt SPIR-V without kernel-arg type strings): SPIR-V
         # integers have no sign, so either sign is accepted, as the same bits
-        unsigned = np.dtype(_CL_DTYPES["u" + param.type]) if param.signed is None and \
-            param.type in ("char", "short", "int", "long") else None
+        unsigned = np.dtype(_CL_DTYPES["u" + scalar]) if param.signed is None and \
+            scalar in ("char", "short", "int", "long") else None
         if param.space in ("global", "constant"):
-            specs.append(("g", where, param.type, dtype, unsigned))
+            if lanes == 1:
+                specs.append(("g", where, param.type, dtype, unsigned))
+            else:
+                specs.append(("v", where, param.type, dtype, unsigned, vector_bytes))
         elif param.space == "local":
-            specs.append(("l", where, _LOCAL_ACCESSOR_CODES[param.type], dtype.itemsize, param.type))
-        else:
-            is_float = param.type in ("half", "float", "double")
+            specs.append(("l", where, _LOCAL_ACCESSOR_CODES[scalar], vector_bytes, param.type, dtype.itemsize))
+        elif lanes == 1:
+            is_float = scalar in ("half", "float", "double")
             limits = None if is_float else (int(np.iinfo(dtype).min), int(np.iinfo(unsigned or dtype).max))
-            specs.append(("s", where, param.type, _CL_CTYPES[param.type], limits, dtype))
+            specs.append(("s", where, param.type, _CL_CTYPES[scalar], limits, dtype))
+        else:
+            specs.append(("sv", where, param.type, dtype, lanes, 4 if lanes == 3 else lanes, unsigned))
     return specs
+
+
+def _vector_value(spec: tuple, value):
+    """A vector by value as dpctl.RawKernelArg: its lanes converted as scalars are (integers in range, reals without
+    overflow), a 3-lane vector padded to 4."""
+    _, where, cl_type, dtype, lanes, stored, unsigned = spec
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, np.ndarray)) or \
+            validate.usm_view(value) is not None:
+        raise InputTypeError(f"{where}: declared {cl_type} (a vector by value) takes a list, tuple or numpy array of "
+                             f"{lanes} numbers, got {type(value).__name__}")
+    items = np.asarray(value)
+    if items.shape != (lanes,):
+        raise InputError(f"{where}: declared {cl_type} takes {lanes} numbers, got shape {items.shape}")
+    if items.dtype.kind not in "iuf" or not isinstance(value, np.ndarray) and \
+            any(isinstance(v, (bool, np.bool_)) for v in value):
+        got = "bool" if items.dtype.kind in "iub" else items.dtype
+        raise InputTypeError(f"{where}: declared {cl_type} takes numbers, got {got}")
+    if dtype.kind in "iu":
+        if items.dtype.kind == "f":
+            raise InputTypeError(f"{where}: declared {cl_type} takes integers, got {items.dtype}")
+        info = np.iinfo(dtype)
+        high = np.iinfo(unsigned).max if unsigned is not None else info.max
+        numbers = [int(v) for v in value]
+        bad = [v for v in numbers if not info.min <= v <= high]
+        if bad:
+            raise InputError(f"{where}: {bad[0]} does not fit the kernel's {cl_type} lanes [{info.min}, {high}]")
+        lanes_out = np.array([v if v <= info.max else v - (1 << 8 * dtype.itemsize) for v in numbers], dtype)
+    else:
+        wide = items.astype(np.float64)
+        finite = np.isfinite(wide)
+        if (np.abs(wide[finite]) > float(np.finfo(dtype).max)).any():
+            raise InputError(f"{where}: {value!r} overflows the kernel's {cl_type} lanes (max "
+                             f"{float(np.finfo(dtype).max)})")
+        lanes_out = wide.astype(dtype)
+    packed = np.zeros(stored, dtype)
+    packed[:lanes] = lanes_out
+    return dpctl.RawKernelArg(packed)
 
 
 _specs_cache: dict = {}
@@ -244,9 +305,18 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
             if nbytes % spec[3]:
                 raise InputError(f"{spec[1]}: LocalMemory({nbytes}) is not a whole number of {spec[4]} "
                                  f"({spec[3]} bytes each)")
-            count = nbytes // spec[3]
-            out.append(dpctl.LocalAccessor(spec[2], (count,)))
-            slm_bytes += count * spec[3]
+            out.append(dpctl.LocalAccessor(spec[2], (nbytes // spec[5],)))
+            slm_bytes += nbytes
+        elif kind == "v":
+            memory = _usm_memory(value, spec[1], spec[2], spec[3], queue, spec[4])
+            address = _compat.first_element_address(validate.usm_view(value))
+            if address % spec[5]:
+                raise InputError(f"{spec[1]}: declared {spec[2]}* needs its first element aligned to {spec[5]} "
+                                 f"bytes (the vector's size); this array starts at {address % spec[5]} bytes past "
+                                 f"such a boundary (a view at an offset that is not a whole number of {spec[2]})")
+            out.append(memory)
+        elif kind == "sv":
+            out.append(_vector_value(spec, value))
         elif type(value) is int and spec[4] is not None and spec[4][0] <= value <= spec[4][1]:
             out.append(spec[3](value))  # the shipped ops' common case
         elif type(value) is float and spec[4] is None:
@@ -428,7 +498,7 @@ class Recorder:
     def slots(self, specs: list, args: Sequence, packed: list) -> list:
         slots = []
         for spec, value, arg in zip(specs, args, packed):
-            if spec[0] != "g":
+            if spec[0] not in ("g", "v"):  # arrays (scalar or vector pointees); the rest are constants
                 slots.append(("const", arg))
                 continue
             slot = next((("in", i) for i, (obj, u) in enumerate(self.inputs) if value is obj or value is u), None)
@@ -600,8 +670,11 @@ def warm_launch(key, args: tuple, hits: list) -> dpctl.SyclEvent | None:
 
 def remember_warm(key, kernel, args: tuple, submission: Submission) -> None:
     """Store what warm_launch needs for `key`, from the checked submission of a call with it."""
+    specs = _specs(kernel)
+    if any(spec[0] == "v" and ALIGNMENT % spec[5] for spec in specs):
+        return  # the key's address residue (mod ALIGNMENT) does not decide this vector's alignment
     template, arrays, ints, reals, others = list(submission.packed), [], [], [], []
-    for pos, (spec, value) in enumerate(zip(_specs(kernel), args)):
+    for pos, (spec, value) in enumerate(zip(specs, args)):
         kind = type(value)
         if kind is _DPNP_ARRAY:
             arrays.append(pos)
