@@ -205,7 +205,12 @@ def _vector_value(spec: tuple, value):
         lanes_out = wide.astype(dtype)
     packed = np.zeros(stored, dtype)
     packed[:lanes] = lanes_out
-    return dpctl.RawKernelArg(packed)
+    raw = getattr(dpctl, "RawKernelArg", None)
+    if raw is None or not raw.is_available():
+        raise InputTypeError(f"{where}: a vector by value needs dpctl.RawKernelArg (the DPC++ raw_kernel_arg "
+                             f"extension), which this dpctl {dpctl.__version__} build lacks; pass the vector through "
+                             f"a __global pointer instead")
+    return raw(packed)
 
 
 _specs_cache: dict = {}
