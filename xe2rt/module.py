@@ -59,7 +59,7 @@ class Kernel:
         return f"{self.family}/{self.name} (target {self.target})"
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{'__' + p.space + ' ' if p.space != 'scalar' else ''}{'const ' if p.const else ''}{p.type}"
+        args = ", ".join(f"{'__' + p.space + ' ' if p.space != 'scalar' else ''}{'const ' if p.const and p.space != 'constant' else ''}{p.type}"
                          f"{'*' if p.space != 'scalar' else ''} {p.name}" for p in self.params)
         return f"<xe2rt.Kernel {self.describe()}: {self.name}({args})>"
 
