@@ -72,10 +72,10 @@ def as_tuple(size) -> tuple[int, ...]:
 ALIGNMENT = 64  # base-address residue kept in a warm call's key: the strictest alignment any kernel choice depends on
 # Per usm_ndarray alive: (weak reference, shape, its facts (dtype, shape, C-contiguous, queue id, address residue),
 # first-byte address, the memory object a launch passes for it or None for a view, the facts' id (_fact_ids: what a
-# warm call's key holds, xe2rt.fastcall)). A usm_ndarray's dtype, queue, data pointer and offset never change; its shape (and with it its
-# strides) can, in place (the shape setter), so an entry is used only while the shape is the one it was made with.
-# Entries leave with their array (the weak reference's callback). marshal reads them too: a launch on arrays whose
-# facts pass the signature's checks skips re-reading them.
+# warm call's key holds, xe2rt.fastcall)). A usm_ndarray's dtype, queue, data pointer and offset never change; its
+# shape (and with it its strides) can, in place (the shape setter), so an entry is used only while the shape is the
+# one it was made with. Entries leave with their array (the weak reference's callback). marshal reads them too: a
+# launch on arrays whose facts pass the signature's checks skips re-reading them.
 array_facts: dict = {}
 # facts tuple -> an int naming it in warm-call keys (hashed and compared per call at the cost of an int, not of a
 # dtype and a shape); ids come from a counter and are never reused
@@ -102,7 +102,7 @@ def facts_of(u) -> tuple:
     fact_id = _fact_ids.get(facts)
     if fact_id is None:
         if len(_fact_ids) >= MAX_FACT_IDS:
-            _fact_ids.clear()  # ids are never reused: a new id for old facts misses a cache entry, never hits a wrong one
+            _fact_ids.clear()  # ids are never reused: new ids for old facts miss cache entries, never hit wrong ones
         fact_id = _fact_ids.setdefault(facts, next(_fact_counter))
     hit = (weakref.ref(u, functools.partial(_forget, id(u))), shape, facts, address, memory, fact_id)
     array_facts[id(u)] = hit

@@ -59,8 +59,12 @@ class Kernel:
         return f"{self.family}/{self.name} (target {self.target})"
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{'__' + p.space + ' ' if p.space != 'scalar' else ''}{'const ' if p.const and p.space != 'constant' else ''}{p.type}"
-                         f"{'*' if p.space != 'scalar' else ''} {p.name}" for p in self.params)
+        def one(p: Param) -> str:
+            if p.space == "scalar":
+                return f"{p.type} {p.name}"
+            const = "const " if p.const and p.space != "constant" else ""
+            return f"__{p.space} {const}{p.type}* {p.name}"
+        args = ", ".join(one(p) for p in self.params)
         return f"<xe2rt.Kernel {self.describe()}: {self.name}({args})>"
 
     def __call__(self, *args, global_size, local_size=None, queue: dpctl.SyclQueue | None = None):

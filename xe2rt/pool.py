@@ -1,13 +1,13 @@
 """Output arrays for ops that allocate their result, recycled without reference-count heuristics.
 
 dpctl frees USM memory with sycl::free, which on the OpenCL runtime blocks until the queued kernels that may use the
-allocation finish: a decode loop that drops each step's output would wait for the device at every free. The pool
-keeps small allocations and hands out each one wrapped in a fresh memory handle (a Python subclass of dpctl's
-MemoryUSMDevice). Every array or view the user makes of the output refers to that
-handle, and so does every launch record (xe2rt.launch keeps a kernel's arguments until its event completes, dpnp's
-keep-alive tasks do the same for its own ops). When the handle is collected (its `__del__`), nothing can touch the
-allocation any more and its last kernel has completed: it goes back to the free list. A recycled allocation is handed out only on
-the queue it was made for, whose order manager orders the next writer after everything queued before.
+allocation finish: a decode loop that drops each step's output would wait for the device at every free. The pool keeps
+small allocations and hands out each one wrapped in a fresh memory handle (a Python subclass of dpctl's
+MemoryUSMDevice). Every array or view the user makes of the output refers to that handle, and so does every launch
+record (xe2rt.launch keeps a kernel's arguments until its event completes, dpnp's keep-alive tasks do the same for its
+own ops). When the handle is collected (its `__del__`), nothing can touch the allocation any more and its last kernel
+has completed: it goes back to the free list. A recycled allocation is handed out only on the queue it was made for,
+whose order manager orders the next writer after everything queued before.
 """
 from __future__ import annotations
 
