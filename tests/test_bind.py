@@ -222,6 +222,36 @@ def test_reused_output_buffers_never_alias_live_results(queue, rng):
         np.testing.assert_array_equal(y.asnumpy(), expect)
 
 
+def test_views_passed_to_kernels_keep_nothing_alive(queue):
+    """A view at an offset gets one memory object at its first element, kept with the view's facts
+    (launch.view_memory) and referring to the allocation, not to the view: results are right on cold and warm calls,
+    and once the view, its array and the launches are gone, the view is collected and a pooled allocation under it
+    returns to the pool."""
+    import gc
+    import weakref
+    from xe2rt import _compat, launch, pool
+
+    rng = np.random.default_rng(3)
+    dt = np.dtype(np.float16)
+    w_host = rng.standard_normal((4, 8)).astype(np.float16)
+    w = to_device(w_host, queue)
+    base = pool.new_output((16,), dt, queue)
+    base[:] = to_device(rng.standard_normal(16).astype(np.float16), queue)
+    first_address = _compat.first_element_address(base.get_array())
+    view = base[8:]
+    ref = weakref.ref(view.get_array())
+    expect = w_host.astype(np.float64) @ base.asnumpy()[8:].astype(np.float64)
+    for _ in range(3):  # cold, then warm replays
+        np.testing.assert_allclose(xe2rt.gemv_fp16(view, w).asnumpy(), expect, rtol=2e-3, atol=2e-3)
+    del view, base
+    queue.wait()
+    launch.wait_all()
+    gc.collect()
+    assert ref() is None
+    again = pool.new_output((16,), dt, queue)
+    assert _compat.first_element_address(again.get_array()) == first_address
+
+
 def test_output_pool_recycles_only_unreachable_allocations(queue):
     """The pool's rule (xe2rt.pool): an allocation is handed out again once nothing can reach it; one still
     reachable through the array, a view, its usm_ndarray or its USM memory is not."""

@@ -161,8 +161,7 @@ def _replay(entry: _Entry, arrays: list, hits: list):
     for queue, sycl_kernel, global_size, local_size, in_order, template, ins, news in entry.launches:
         packed = template.copy()
         for pos, what in ins:
-            memory = hits[what][4]  # facts_of's memory object, None for a view that starts inside its allocation
-            packed[pos] = memory if memory is not None else launch.usm_memory(arrays[what][1])
+            packed[pos] = hits[what][4]  # facts_of's memory object (a view's is made once, at its first element)
         for pos, what in news:
             packed[pos] = new[what].get_array().usm_data
         _ordered_submit(queue, sycl_kernel, packed, global_size, local_size, keep, in_order)

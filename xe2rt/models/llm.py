@@ -30,6 +30,7 @@ import dpctl
 import dpnp
 import numpy as np
 
+from .. import launch
 from ..errors import InputError, InputTypeError
 from ..ops.gemv_common import MAX_M
 from ..quant import QuantizedW4, QuantizedW8
@@ -314,7 +315,7 @@ class DecoderLM:
         deps = [] if q.is_in_order else manager.submitted_events
         host_poslen = dec["host_poslen"]
         host_poslen[0], host_poslen[1] = start, start + 1  # the previous step's copy completed: its token was read
-        events = [q.memcpy_async(dec["x_memory"], dpctl.memory.as_usm_memory(dec["embed"][token]), dec["row_bytes"],
+        events = [q.memcpy_async(dec["x_memory"], launch.memory_at(dec["embed"][token]), dec["row_bytes"],
                                  deps),
                   q.memcpy_async(dec["poslen_memory"], host_poslen, host_poslen.nbytes, deps)]
         for event in events:
