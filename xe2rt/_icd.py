@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import os
 import sys
-from importlib import metadata
 from pathlib import Path
 
 from . import config
 
 
 def pip_opencl_cpu_runtime() -> Path | None:
+    from importlib import metadata  # here, not at import: 50-70 ms that `import xe2rt` needs only without the hook
     try:
         files = metadata.files("intel-opencl-rt") or []
     except metadata.PackageNotFoundError:
