@@ -192,6 +192,7 @@ def _wrong(mod, queue, other_queue):
         (lambda: mod.kernel("scale_copy")(x32, x32, 1.0, global_size=64, local_size=64),
          r"declares reqd_work_group_size\(32, 1, 1\); the launch asks for local size \(64,\)"),
         (lambda: axpy(y, x, 1.0, 64, global_size=64), r"local_size is required"),
+        (lambda: axpy(y, x, 1.0, 64, queue=[queue], **g), r"queue must be a dpctl.SyclQueue, got list"),
         (lambda: block(x32, x32, 64, 64, **l), r"argument 'scratch': declared __local float\* takes "
                                                 r"xe2rt.LocalMemory\(nbytes\), got int 64"),
         (lambda: axpy(y, x, 1.0, 64, global_size=64.0, local_size=64), r"launch sizes must be ints .* got 64.0"),
@@ -225,6 +226,27 @@ def test_every_wrong_launch_is_refused_before_launch(mod, queue, warm):
     queue.wait()
     assert (y.asnumpy() == 7).all()  # nothing ran
     axpy_case(mod, queue)  # and everything still works
+
+
+def test_warm_entries_hold_every_queue_their_key_names(mod, queue):
+    """An array may live on another SyclQueue object equal to the launch queue; the warm entries (a user kernel's and
+    a shipped op's replay) name its queue by id, so they must hold it: otherwise its id could be reused by an
+    unrelated queue and a warm call would accept an array the checks refuse."""
+    from xe2rt import fastcall, launch
+    alias = dpctl.SyclQueue(queue._get_capsule())  # the same sycl::queue, another Python object
+    alias_id = id(alias)
+    x = to_device(np.ones(64, np.float16), alias)
+    y = to_device(np.zeros(64, np.float16), queue)
+    w = to_device(np.ones((8, 64), np.float16), queue)
+    for _ in range(2):
+        mod.kernel("axpy_half")(y, x, 1.0, 64, global_size=64, local_size=64)
+        xe2rt.gemv_fp16(x, w)
+    queue.wait()
+    del x, alias
+    held = [q for entry in launch._warm_calls.values() for q in entry[-1]]
+    assert any(id(q) == alias_id for q in held)
+    assert any(id(q) == alias_id for entry in fastcall._entries.values() if hasattr(entry, "queues")
+               for q in entry.queues)
 
 
 def test_warm_calls_take_each_calls_scalars_and_views(mod, queue, rng):

@@ -103,10 +103,13 @@ def _flatten(value, facts: list, arrays: list, hits: list) -> bool:
 class _Entry:
     """How to replay one call signature: per launch the kernel, ranges and, per argument, either a constant (scalars,
     local memory) or the index of the call's array or of a fresh output."""
-    __slots__ = ("launches", "fresh", "result", "out_arrays", "nbytes", "pairs")
+    __slots__ = ("launches", "fresh", "result", "out_arrays", "nbytes", "pairs", "queues")
 
-    def __init__(self, launches, fresh, result, out_arrays, nbytes):
+    def __init__(self, launches, fresh, result, out_arrays, nbytes, queues=()):
         self.launches, self.fresh, self.result, self.out_arrays = launches, fresh, result, out_arrays
+        # every queue the key names by id (the call's arrays may live on SyclQueue objects equal to, but other than,
+        # the launch queue): held, so that no id in the key can be reused while the entry exists
+        self.queues = queues
         self.nbytes = nbytes  # per array of the call: its byte size (its shape and dtype are in the key)
         # the (written, other) pairs of array indices whose byte ranges must not meet (validate.out_array's rule):
         # a written array against every other array of the call, except a written one checked before it
@@ -140,7 +143,8 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple
     n_inputs = len(recorder.inputs)
     out_arrays = list(in_place) + list(range(n_inputs - n_out_args, n_inputs))
     nbytes = [u.size * u.itemsize for _, u in recorder.inputs]
-    return _Entry(launches, fresh, (isinstance(result, tuple), tuple(result_slots)), out_arrays, nbytes)
+    queues = tuple({id(q): q for q in (u.sycl_queue for _, u in recorder.inputs)}.values())
+    return _Entry(launches, fresh, (isinstance(result, tuple), tuple(result_slots)), out_arrays, nbytes, queues)
 
 
 def _overlapping(entry: _Entry, hits: list) -> bool:

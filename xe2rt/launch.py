@@ -660,7 +660,8 @@ def _plain_size(size) -> bool:
 def warm_key(kernel, args: tuple, global_size, local_size, queue):
     """(key, per-argument facts) of a Kernel call the warm path can take, else (None, None)."""
     if _recording.current is not None or not _plain_size(global_size) or \
-            local_size is not None and not _plain_size(local_size):
+            local_size is not None and not _plain_size(local_size) or \
+            queue is not None and type(queue) is not dpctl.SyclQueue:
         return None, None
     facts, hits = [kernel, queue, global_size, local_size], []
     for value in args:
@@ -686,7 +687,7 @@ def warm_launch(key, args: tuple, hits: list) -> dpctl.SyclEvent | None:
     entry = _warm_calls.get(key)
     if entry is None:
         return None
-    queue, sycl_kernel, global_size, local_size, in_order, template, arrays, ints, reals, others = entry
+    queue, sycl_kernel, global_size, local_size, in_order, template, arrays, ints, reals, others, _ = entry
     packed = template.copy()
     for pos in arrays:
         packed[pos] = hits[pos][4]
@@ -723,8 +724,11 @@ def remember_warm(key, kernel, args: tuple, submission: Submission) -> None:
         template[pos] = None
     if len(_warm_calls) >= MAX_WARM_CALLS:
         _warm_calls.clear()
+    # the entry holds every array's queue, not only the launch queue: the key names them by id (an array may live on
+    # another SyclQueue object equal to the launch queue), and no id may be reused while the entry exists
+    queues = tuple({id(q): q for q in (args[pos].get_array().sycl_queue for pos in arrays)}.values())
     _warm_calls[key] = (submission.queue, submission.sycl_kernel, submission.global_size, submission.local_size,
-                        submission.in_order, template, tuple(arrays), tuple(ints), tuple(reals), tuple(others))
+                        submission.in_order, template, tuple(arrays), tuple(ints), tuple(reals), tuple(others), queues)
 
 
 def clear() -> None:
