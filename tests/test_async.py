@@ -204,3 +204,26 @@ def test_recording_cannot_nest(ooo_queue):
         with pytest.raises(RuntimeError, match="cannot be nested"):
             with launch.recording():
                 pass
+
+
+def test_completed_launches_on_many_queues_are_released(ooo_queue, rng):
+    """Launch records hold a queue's arguments until a later event covers them (RETIRE_EVERY launches per record);
+    with one short-lived queue per task, at most MAX_PENDING_QUEUES queues' arguments stay held after their kernels
+    complete, not every queue's."""
+    import gc
+    import weakref
+    ctx, dev = ooo_queue.sycl_context, ooo_queue.sycl_device
+    w_host = rng.standard_normal((8, 64)).astype(np.float16)
+    refs = []
+    for _ in range(3 * launch.MAX_PENDING_QUEUES):
+        q = dpctl.SyclQueue(ctx, dev)
+        x = to_device(np.ones(64, np.float16), q)
+        y = xe2rt.gemv_fp16(x, to_device(w_host, q))
+        q.wait()
+        refs.append(weakref.ref(x.get_array()))
+        del q, x, y
+    gc.collect()
+    assert sum(r() is not None for r in refs) <= launch.MAX_PENDING_QUEUES
+    launch.wait_all()
+    gc.collect()
+    assert all(r() is None for r in refs)

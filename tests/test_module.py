@@ -174,6 +174,8 @@ def _wrong(mod, queue, other_queue):
         (lambda: axpy(y, x, y, 64, **g), r"argument 'a': declared half \(a scalar\) got an array"),
         (lambda: axpy(y, 1.0, 1.0, 64, **g), r"argument 'x': declared half\* needs a device array"),
         (lambda: axpy(y, x32, 1.0, 64, **g), r"argument 'x': declared half\* needs float16, got float32"),
+        (lambda: axpy(y, to_device(np.ones(64, np.float64), queue), 1.0, 64, **g),
+         r"argument 'x': declared half\* needs float16, got float64"),
         (lambda: axpy(y, np.ones(64, np.float16), 1.0, 64, **g), r"argument 'x'.*needs a device array"),
         (lambda: axpy(y, x, 1.0, 64.0, **g), r"argument 'n': declared int takes an integer, got float"),
         (lambda: axpy(y, x, 1.0, 2**31, **g), r"argument 'n': 2147483648 does not fit the kernel's int"),
@@ -377,6 +379,10 @@ def test_vector_types(tmp_path, queue, monkeypatch, rng):
     mod.kernel("lanes")(out, [1.5, -2, 3, 3e38], (7, -8, 2**31 - 1), np.array([0.5, 65504], np.float16), (255, 0),
                         global_size=1, local_size=1)
     assert out.asnumpy().tolist() == [1.5, -2, 3, np.float32(3e38), 7, -8, np.float32(2**31 - 1), 0.5, 65504, 255, 0]
+    above = float(np.nextafter(np.float64(np.finfo(np.float32).max), np.inf))  # rounds to FLT_MAX, as a C cast
+    mod.kernel("lanes")(out, [above, 2**70, 0, 0], [0, 0, 0], [65510.0, -0.0], [0, 0], global_size=1, local_size=1)
+    got = out.asnumpy()
+    assert got[0] == np.finfo(np.float32).max and got[1] == np.float32(2**70) and got[7] == 65504
     plan = xe2rt.bind(mod.kernel("lanes"), out, [1, 2, 3, 4], [5, 6, 7], [8, 9], [10, 11], global_size=1,
                       local_size=1)
     plan.launch().wait()
@@ -403,11 +409,17 @@ def test_vector_types_wrong_launches(tmp_path, queue, monkeypatch):
         (lambda: lanes(y, [1, 2, 3], *good[1:], **one), r"argument 'v': declared float4 takes 4 numbers, got shape"),
         (lambda: lanes(y, 1.0, *good[1:], **one), r"argument 'v': declared float4 \(a vector by value\) takes a list"),
         (lambda: lanes(y, x, *good[1:], **one), r"argument 'v': declared float4 \(a vector by value\) takes a list"),
-        (lambda: lanes(y, good[0], (1.5, 2, 3), *good[2:], **one), r"argument 'w': declared int3 takes integers"),
-        (lambda: lanes(y, good[0], (1, 2, 2**31), *good[2:], **one), r"argument 'w': 2147483648 does not fit"),
-        (lambda: lanes(y, *good[:2], (1e5, 1), good[3], **one), r"argument 'h': .* overflows the kernel's half2"),
-        (lambda: lanes(y, *good[:3], (256, 0), **one), r"argument 'u': 256 does not fit the kernel's uchar2"),
-        (lambda: lanes(y, *good[:3], (True, 0), **one), r"argument 'u': declared uchar2 takes numbers, got bool"),
+        (lambda: lanes(y, good[0], (1.5, 2, 3), *good[2:], **one), r"argument 'w' lane 0: declared int takes an integer, got float 1.5"),
+        (lambda: lanes(y, good[0], (1, 2, 2**31), *good[2:], **one), r"argument 'w' lane 2: 2147483648 does not fit the kernel's int"),
+        (lambda: lanes(y, *good[:2], (1e5, 1), good[3], **one), r"argument 'h' lane 0: 100000.0 overflows the kernel's half"),
+        (lambda: lanes(y, *good[:3], (256, 0), **one), r"argument 'u' lane 0: 256 does not fit the kernel's uchar"),
+        (lambda: lanes(y, *good[:3], (True, 0), **one), r"argument 'u' lane 0: declared uchar takes an integer, got bool"),
+        (lambda: lanes(y, np.array([np.longdouble("1e4000"), 0, 0, 0], np.longdouble), *good[1:], **one),
+         r"argument 'v' lane 0: .* overflows the kernel's float"),
+        (lambda: lanes(y, good[0], (1, 2, 2**70), *good[2:], **one), r"argument 'w' lane 2: \d+ does not fit"),
+        (lambda: lanes(y, [[1, 2], 3, 4, 5], *good[1:], **one), r"argument 'v': .* got a nested sequence"),
+        (lambda: scale4(y, to_device(np.ones(64, np.float64), queue), 2.0, global_size=4, local_size=4),
+         r"argument 'x': declared float4\* needs float32, got float64"),
         (lambda: mod.kernel("group_sum4")(x, y, xe2rt.LocalMemory(8), global_size=16, local_size=4),
          r"argument 'tmp': LocalMemory\(8\) is not a whole number of float4 \(16 bytes each\)"),
     ]

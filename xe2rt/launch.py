@@ -167,50 +167,38 @@ def _param_specs(kernel) -> list[tuple]:
             limits = None if is_float else (int(np.iinfo(dtype).min), int(np.iinfo(unsigned or dtype).max))
             specs.append(("s", where, param.type, _CL_CTYPES[scalar], limits, dtype))
         else:
-            specs.append(("sv", where, param.type, dtype, lanes, 4 if lanes == 3 else lanes, unsigned))
+            is_float = scalar in ("half", "float", "double")
+            limits = None if is_float else (int(np.iinfo(dtype).min), int(np.iinfo(unsigned or dtype).max))
+            specs.append(("sv", where, param.type, lanes, 4 if lanes == 3 else lanes,
+                          ("s", where, scalar, _CL_CTYPES[scalar], limits, dtype)))
     return specs
 
 
 def _vector_value(spec: tuple, value):
-    """A vector by value as dpctl.RawKernelArg: its lanes converted as scalars are (integers in range, reals without
-    overflow), a 3-lane vector padded to 4."""
-    _, where, cl_type, dtype, lanes, stored, unsigned = spec
+    """A vector by value as dpctl.RawKernelArg: each lane converted exactly as a scalar parameter of the element type
+    converts its value (_scalar: integers in range, reals rounded as a C cast, finite values staying finite), a 3-lane
+    vector padded to 4."""
+    _, where, cl_type, lanes, stored, scalar_spec = spec
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, np.ndarray)) or \
             validate.usm_view(value) is not None:
         raise InputTypeError(f"{where}: declared {cl_type} (a vector by value) takes a list, tuple or numpy array of "
                              f"{lanes} numbers, got {type(value).__name__}")
-    items = np.asarray(value)
-    if items.shape != (lanes,):
-        raise InputError(f"{where}: declared {cl_type} takes {lanes} numbers, got shape {items.shape}")
-    if items.dtype.kind not in "iuf" or not isinstance(value, np.ndarray) and \
-            any(isinstance(v, (bool, np.bool_)) for v in value):
-        got = "bool" if items.dtype.kind in "iub" else items.dtype
-        raise InputTypeError(f"{where}: declared {cl_type} takes numbers, got {got}")
-    if dtype.kind in "iu":
-        if items.dtype.kind == "f":
-            raise InputTypeError(f"{where}: declared {cl_type} takes integers, got {items.dtype}")
-        info = np.iinfo(dtype)
-        high = np.iinfo(unsigned).max if unsigned is not None else info.max
-        numbers = [int(v) for v in value]
-        bad = [v for v in numbers if not info.min <= v <= high]
-        if bad:
-            raise InputError(f"{where}: {bad[0]} does not fit the kernel's {cl_type} lanes [{info.min}, {high}]")
-        lanes_out = np.array([v if v <= info.max else v - (1 << 8 * dtype.itemsize) for v in numbers], dtype)
-    else:
-        wide = items.astype(np.float64)
-        finite = np.isfinite(wide)
-        if (np.abs(wide[finite]) > float(np.finfo(dtype).max)).any():
-            raise InputError(f"{where}: {value!r} overflows the kernel's {cl_type} lanes (max "
-                             f"{float(np.finfo(dtype).max)})")
-        lanes_out = wide.astype(dtype)
-    packed = np.zeros(stored, dtype)
-    packed[:lanes] = lanes_out
+    if isinstance(value, np.ndarray) and value.shape != (lanes,) or len(value) != lanes:
+        shape = value.shape if isinstance(value, np.ndarray) else (len(value),)
+        raise InputError(f"{where}: declared {cl_type} takes {lanes} numbers, got shape {shape}")
+    packed = bytearray()
+    for i, item in enumerate(value):  # numpy arrays yield numpy scalars (a longdouble stays one)
+        if isinstance(item, (list, tuple, np.ndarray)) and not np.isscalar(item):
+            raise InputError(f"{where}: declared {cl_type} takes {lanes} numbers, got a nested sequence")
+        lane = (scalar_spec[0], f"{where} lane {i}", *scalar_spec[2:])
+        packed += bytes(_scalar(lane, item))
+    packed += bytes(len(packed) // lanes * (stored - lanes))
     raw = getattr(dpctl, "RawKernelArg", None)
     if raw is None or not raw.is_available():
         raise InputTypeError(f"{where}: a vector by value needs dpctl.RawKernelArg (the DPC++ raw_kernel_arg "
                              f"extension), which this dpctl {dpctl.__version__} build lacks; pass the vector through "
                              f"a __global pointer instead")
-    return raw(packed)
+    return raw(np.frombuffer(bytes(packed), np.uint8))
 
 
 _specs_cache: dict = {}
@@ -229,7 +217,7 @@ def _usm_memory(value, where: str, cl_type: str, expected: np.dtype, queue: dpct
     if array is None:
         raise InputTypeError(f"{where}: declared {cl_type}* needs a device array (dpnp) of {expected}, got "
                              f"{type(value).__name__}")
-    if array.dtype != expected and array.dtype != unsigned:
+    if array.dtype != expected and (unsigned is None or array.dtype != unsigned):  # (np.dtype("f8") == None is True)
         either = f"{expected} or {unsigned} (the binary does not record the sign)" if unsigned else f"{expected}"
         raise InputTypeError(f"{where}: declared {cl_type}* needs {either}, got {np.dtype(array.dtype)}")
     if not array.flags.c_contiguous:
@@ -437,6 +425,7 @@ _lock = threading.Lock()
 _in_flight: collections.deque = collections.deque()
 _pending: dict = {}
 
+MAX_PENDING_QUEUES = 8  # queues with launches not yet in a record; past this, all of them are recorded
 RETIRE_EVERY = 16  # launches per record, and between looks at the oldest records (a status query costs about as much
 #                    as a launch)
 
@@ -445,6 +434,11 @@ def _record(queue, event, keep) -> None:
     """Hold `keep` until `event` (or a later event of the queue) completes. Called with _lock held."""
     pending = _pending.get(id(queue))
     if pending is None:
+        if len(_pending) >= MAX_PENDING_QUEUES:  # many queues (one per task): their pending launches become records
+            for held in _pending.values():
+                _in_flight.append((held[0], held[1]))
+            _pending.clear()
+            _retire_completed()
         pending = _pending[id(queue)] = [event, []]
     pending[0] = event  # the queue's latest launch, which completes after all of the pending ones
     pending[1].append(keep)

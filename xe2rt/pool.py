@@ -8,6 +8,11 @@ record (xe2rt.launch keeps a kernel's arguments until its event completes, dpnp'
 own ops). When the handle is collected (its `__del__`), nothing can touch the allocation any more and its last kernel
 has completed: it goes back to the free list. A recycled allocation is handed out only on the queue it was made for,
 whose order manager orders the next writer after everything queued before.
+
+One way around that rule exists and is not detected: dpctl's memory copy constructor,
+`dpctl.memory.MemoryUSMDevice(out.get_array().usm_data)`, makes an object that shares the allocation without
+referring to the handle, so it does not keep the allocation out of the pool. Keep the array (or a view of it), or
+copy it (`dpnp.copy`), instead.
 """
 from __future__ import annotations
 
