@@ -635,7 +635,7 @@ def host_step(step: Callable[[], object]) -> None:
 # queue, alignment) and each scalar's type. Everything the checks verified for a key holds for every call with it
 # except the scalars' values: a warm call checks those (and otherwise takes the full path, whose errors are the ones
 # raised) and packs the rest from the entry (each array's memory object from its facts, a view's at its first element).
-# The key's array facts name their queues; the entry holds its queue, so those ids cannot be reused meanwhile.
+# The key's array facts name their queues by id; the entry holds all of them, so no such id is reused meanwhile.
 _warm_calls: dict = {}
 MAX_WARM_CALLS = 4096
 
