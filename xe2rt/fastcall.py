@@ -237,19 +237,7 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
             if out is not _NO_OUT:  # last: its arrays are the call's last ones
                 n_before_out = len(arrays)
                 facts.append("out")
-                if type(out) is tuple:  # inline, as _flatten does
-                    facts.append(tuple)
-                    facts.append(len(out))
-                    for item in out:
-                        if type(item) is _DPNP_ARRAY:
-                            u = item.get_array()
-                            hit = facts_of(u)
-                            facts.append(hit[5])
-                            arrays.append((item, u))
-                            hits.append(hit)
-                        elif not _flatten(item, facts, arrays, hits):
-                            return op(*args, **kwargs)
-                elif not _flatten(out, facts, arrays, hits):
+                if not _flatten(out, facts, arrays, hits):
                     return op(*args, **kwargs)
                 n_out_args = len(arrays) - n_before_out
         try:

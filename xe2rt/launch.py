@@ -71,11 +71,11 @@ def as_tuple(size) -> tuple[int, ...]:
 
 ALIGNMENT = 64  # base-address residue kept in a warm call's key: the strictest alignment any kernel choice depends on
 # Per usm_ndarray alive: (weak reference, shape, its facts (dtype, shape, C-contiguous, queue id, address residue),
-# first-byte address, the memory object a launch passes for it or None for a view, the facts' id (_fact_ids: what a
-# warm call's key holds, xe2rt.fastcall)). A usm_ndarray's dtype, queue, data pointer and offset never change; its
-# shape (and with it its strides) can, in place (the shape setter), so an entry is used only while the shape is the
-# one it was made with. Entries leave with their array (the weak reference's callback). marshal reads them too: a
-# launch on arrays whose facts pass the signature's checks skips re-reading them.
+# first-byte address, the memory object a launch passes for it (memory_at: a view's is made at its first element), the
+# facts' id (_fact_ids: what a warm call's key holds, xe2rt.fastcall)). A usm_ndarray's dtype, queue, data pointer and
+# offset never change; its shape (and with it its strides) can, in place (the shape setter), so an entry is used only
+# while the shape is the one it was made with. Entries leave with their array (the weak reference's callback). marshal
+# reads them too: a launch on arrays whose facts pass the signature's checks skips re-reading them.
 array_facts: dict = {}
 # facts tuple -> an int naming it in warm-call keys (hashed and compared per call at the cost of an int, not of a
 # dtype and a shape); ids come from a counter and are never reused
@@ -97,7 +97,7 @@ def facts_of(u) -> tuple:
     if hit is not None and hit[1] == shape and hit[0]() is u:
         return hit
     address = _compat.first_element_address(u)
-    memory = u.usm_data if _compat.element_offset(u) == 0 else view_memory(u, address)
+    memory = memory_at(u, address)
     facts = (u.dtype, shape, u.flags.c_contiguous, id(u.sycl_queue), address % ALIGNMENT)
     fact_id = _fact_ids.get(facts)
     if fact_id is None:
@@ -162,15 +162,12 @@ def _param_specs(kernel) -> list[tuple]:
                 specs.append(("v", where, param.type, dtype, unsigned, vector_bytes))
         elif param.space == "local":
             specs.append(("l", where, _LOCAL_ACCESSOR_CODES[scalar], vector_bytes, param.type, dtype.itemsize))
-        elif lanes == 1:
+        else:  # by value: a scalar, or a vector whose lanes are converted as that scalar
             is_float = scalar in ("half", "float", "double")
             limits = None if is_float else (int(np.iinfo(dtype).min), int(np.iinfo(unsigned or dtype).max))
-            specs.append(("s", where, param.type, _CL_CTYPES[scalar], limits, dtype))
-        else:
-            is_float = scalar in ("half", "float", "double")
-            limits = None if is_float else (int(np.iinfo(dtype).min), int(np.iinfo(unsigned or dtype).max))
-            specs.append(("sv", where, param.type, lanes, 4 if lanes == 3 else lanes,
-                          ("s", where, scalar, _CL_CTYPES[scalar], limits, dtype)))
+            scalar_spec = ("s", where, scalar, _CL_CTYPES[scalar], limits, dtype)
+            specs.append(scalar_spec if lanes == 1 else
+                         ("sv", where, param.type, lanes, 4 if lanes == 3 else lanes, scalar_spec))
     return specs
 
 
@@ -234,10 +231,14 @@ def usm_memory(u):
     return facts_of(u)[4]
 
 
-def memory_at(u):
-    """A dpctl memory object at usm_ndarray `u`'s first element, without a facts entry (for one-off views, e.g. a
-    memcpy source)."""
-    return u.usm_data if _compat.element_offset(u) == 0 else view_memory(u, _compat.first_element_address(u))
+def memory_at(u, address: int | None = None):
+    """A dpctl memory object at usm_ndarray `u`'s first element (`address`, if known): the allocation's own when `u`
+    starts at it, else view_memory's. facts_of keeps the result per array; one-off views (a memcpy source) call this
+    directly."""
+    offset = _compat.element_offset(u)
+    if offset == 0:
+        return u.usm_data
+    return view_memory(u, _compat.first_element_address(u) if address is None else address, offset)
 
 
 class _ViewBuffer:
@@ -247,15 +248,15 @@ class _ViewBuffer:
     __slots__ = ("__sycl_usm_array_interface__", "allocation")
 
 
-def view_memory(u, address: int):
-    """A dpctl memory object at usm_ndarray `u`'s first element (`address`), of the allocation's USM kind, spanning to
-    the allocation's end. dpctl.memory.as_usm_memory(u) does the same at about 2.5x the cost, and holds `u`."""
+def view_memory(u, address: int, offset: int):
+    """A dpctl memory object at usm_ndarray `u`'s first element (`address`, `offset` elements into its allocation),
+    of the allocation's USM kind, spanning to the allocation's end. dpctl.memory.as_usm_memory(u) does the same at
+    about 2.5x the cost, and holds `u`."""
     allocation = u.usm_data
     buffer = _ViewBuffer()
     buffer.allocation = allocation
-    start = address - _compat.element_offset(u) * u.itemsize
     buffer.__sycl_usm_array_interface__ = {
-        "data": (address, False), "shape": (max(1, allocation.nbytes - (address - start)),), "strides": None,
+        "data": (address, False), "shape": (max(1, allocation.nbytes - offset * u.itemsize),), "strides": None,
         "typestr": "|u1", "version": 1, "syclobj": u.sycl_queue}
     for kind in _MEMORY_KINDS:  # the pool's handles subclass MemoryUSMDevice
         if isinstance(allocation, kind):

@@ -82,21 +82,21 @@ def load(path, *, queue=None, weights: str = "auto", group_size: int = 128, max_
     t0 = time.perf_counter()
     cfg, w = load_weights(path, weights, group_size, place=device_placer(queue), progress=progress, cfg=cfg)
     queue.wait()
-    model = DecoderLM(cfg, w, queue, int(max_tokens), tokenizer, weights, time.perf_counter() - t0)
-    model.exact = bool(exact)
-    return model
+    return DecoderLM(cfg, w, queue, int(max_tokens), tokenizer, weights, time.perf_counter() - t0, bool(exact))
 
 
 # the op family of each bound plan of a decode step, for the step profile (LLM.timer)
 _PLAN_FAMILY = {"ln1": "rms_norm", "ln2": "rms_norm", "qkv": "gemv", "o": "gemv", "router": "gemv", "gate_up": "gemv",
                 "down": "gemv"}
 
+
 class DecoderLM:
-    def __init__(self, cfg, w: dict, queue, max_tokens: int, tokenizer, weights: str, load_seconds: float):
+    def __init__(self, cfg, w: dict, queue, max_tokens: int, tokenizer, weights: str, load_seconds: float,
+                 exact: bool = False):
         self.cfg, self.w, self.queue, self.max_tokens = cfg, w, queue, max_tokens
         self.tokenizer, self.weights, self.load_seconds = tokenizer, weights, load_seconds
         self.weight_bytes = weight_bytes(w)
-        self.exact = False  # load(exact=...): W4 layers on the kernels exact in the activations
+        self.exact = exact  # load(exact=...): W4 layers on the kernels exact in the activations
         shape = (cfg.kv_heads, max_tokens, cfg.head_dim)
         self.k_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
         self.v_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
