@@ -73,7 +73,6 @@ def xe2_tile_grid(constants: dict, hw_threads: int, tiles_m: int, tiles_n: int, 
     return {"slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}
 
 
-
 def check_native_xe2(op: str, native: bool, target: str, queue: dpctl.SyclQueue) -> None:
     """The native bmg/lnl kernels (gemm_fp16, gemm_w4a16, prefill_attention) call the DPAS and 2D block built-ins
     (cl_intel_subgroup_matrix_multiply_accumulate, cl_intel_subgroup_2d_block_io), which only an Xe2 GPU driver

@@ -118,7 +118,6 @@ def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
             "global": (ceil_div(items_n, local_n) * local_n, ceil_div(m, constants["RM"]))}
 
 
-
 def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, target: str | None = None,
         variant: str = "native"):
     """Validate, launch, and return (out, event); event is None when nothing needed launching."""

@@ -108,7 +108,6 @@ def resolve_family(variant: str, target: str, queue) -> str:
     return FAMILIES[variant]
 
 
-
 def check_inputs(a, qw, bias, activation, out):
     """Everything about the call's arrays; returns (queue, m, n, k)."""
     if activation not in ACTIVATIONS:

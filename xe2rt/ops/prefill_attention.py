@@ -66,7 +66,6 @@ def cpu_scratch_floats(constants: dict, t: int, hkv: int, d: int) -> int:
 CONVERT_LOCAL = 64
 
 
-
 def _validate(q, k, v, causal, scale, out):
     if not isinstance(causal, (bool, np.bool_)):
         raise InputTypeError(f"{OP}: causal must be True or False, got {type(causal).__name__} {causal!r}")
