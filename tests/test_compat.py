@@ -53,6 +53,38 @@ def test_order_manager_state_is_what_submit_ordered_assumes(queue):
     ooo.wait()
 
 
+def test_launch_state_shows_the_latest_launch_to_every_reader(queue, rng):
+    """Back-to-back launches keep their latest event outside dpctl's C++ list (_compat._LaunchState); every public
+    way of reading the manager still sees it, and work queued through the manager in between makes the next launch
+    depend on the whole list again."""
+    if _compat._LaunchState is None:
+        return  # not the pinned dpctl: submit_ordered takes the public path, which the other tests cover
+    ooo = dpctl.SyclQueue(queue.sycl_device)
+    manager = dpctl.utils.SequentialOrderManager[ooo]
+    w = dpnp.asarray((rng.standard_normal((4096, 4096)) / 64).astype(np.float16), sycl_queue=ooo)
+    x = dpnp.asarray(rng.standard_normal(4096).astype(np.float16), sycl_queue=ooo)
+    y = dpnp.empty(4096, dtype=np.float16, sycl_queue=ooo)
+    xe2rt.gemv_fp16(x, w, out=y)
+    state = manager._state
+    assert type(state) is _compat._LaunchState and not state.foreign
+    for _ in range(3):  # the same state object, its latest event replaced
+        xe2rt.gemv_fp16(x, w, out=y)
+    assert manager._state is state and not state.flushed
+    held = _compat._OrderState.get_num_submitted_events(state)  # the C++ list alone, before any reader
+    seen = manager.num_submitted_events  # a reader: the latest launch is added first (pruned once complete)
+    assert state.flushed and seen <= held + 1
+    z = y * 2  # dpnp: reads the list (latest included), adds its own event
+    assert state.foreign
+    xe2rt.gemv_fp16(z, w, out=y)  # depends on dpnp's event through the whole list; a fresh state follows
+    assert manager._state is not state and type(manager._state) is _compat._LaunchState
+    latest = manager._state.latest
+    manager.wait()
+    assert latest.execution_status == dpctl.event_status_type.complete
+    expect = w.asnumpy().astype(np.float32) @ (2 * (w.asnumpy().astype(np.float32) @ x.asnumpy().astype(np.float32))
+                                               .astype(np.float16)).astype(np.float32)
+    np.testing.assert_allclose(y.asnumpy().astype(np.float32), expect, rtol=0.05, atol=0.05 * np.abs(expect).max())
+
+
 def test_environ_reads_follow_os_environ(monkeypatch):
     key = _compat.environ_key("XE2RT_COMPAT_PROBE")
     monkeypatch.setenv("XE2RT_COMPAT_PROBE", "bmg")

@@ -7,8 +7,9 @@ xe2rt's warm path costs a few microseconds per launch; four things it needs have
 - `dpnp.ndarray._create_from_usm_ndarray`: wraps a usm_ndarray without copying. Public equivalent: `dpnp.asarray`
   (about 100 us, it re-validates the queue and the dtype).
 - dpctl's `SequentialOrderManager[q]._state`, a C++ `_OrderManager`: lets a launch leave the manager holding its own
-  event only (see xe2rt.launch.ordered_submit). Public equivalent: `submitted_events` + `add_event_pair`, whose list
-  grows with every un-completed launch.
+  event only (see xe2rt.launch.ordered_submit), and lets back-to-back launches replace one pending event instead of
+  querying and rebuilding the C++ lists (`_LaunchState`, a subclass). Public equivalent: `submitted_events` +
+  `add_event_pair`, whose list grows with every un-completed launch.
 - CPython's `os.environ._data` (bytes keys): reading an XE2RT_* variable per warm call at a tenth of `os.environ.get`.
 
 Each is used only when the installed version is the pinned one (pyproject.toml); otherwise the public equivalent is
@@ -76,6 +77,53 @@ _MANAGERS = dpctl.utils.SequentialOrderManager
 MANAGER_PRUNE_THRESHOLD = 16  # dpctl's own default for a new manager
 
 
+if _OrderState is not None:
+    class _LaunchState(_OrderState):
+        """A queue's order state (an `_OrderManager`, dpctl's C++ lists of events) while xe2rt's latest launch is
+        the newest operation in it: that launch's event waits in `latest` instead of being added to the C++ list,
+        since it depends on everything the list held and so stands for all of it. Every method dpctl's
+        SequentialOrderManager calls first adds `latest` to the list (`_flush`), so whoever reads or extends the
+        state sees exactly what a plain state would hold; one that adds a submitted event marks the state `foreign`,
+        after which the next launch depends on the whole list again. dpctl and dpnp reach the state only through
+        these methods (SequentialOrderManager's properties, add_event_pair, wait); the one exception is the
+        manager's `__copy__`, whose C++ copy misses an unflushed `latest`."""
+        __slots__ = ("latest", "flushed", "foreign")
+
+        def _flush(self):
+            if not self.flushed:
+                self.flushed = True
+                _OrderState.add_to_submitted_events(self, self.latest)
+
+        def get_submitted_events(self):
+            self._flush()
+            return _OrderState.get_submitted_events(self)
+
+        def get_num_submitted_events(self):
+            self._flush()
+            return _OrderState.get_num_submitted_events(self)
+
+        def wait(self):
+            self._flush()
+            return _OrderState.wait(self)
+
+        def add_to_submitted_events(self, event):
+            self._flush()
+            self.foreign = True
+            return _OrderState.add_to_submitted_events(self, event)
+
+        def add_to_both_events(self, host_task_event, event):
+            self._flush()
+            self.foreign = True
+            return _OrderState.add_to_both_events(self, host_task_event, event)
+
+        def add_vector_to_both_events(self, host_task_events, events):
+            self._flush()
+            self.foreign = True
+            return _OrderState.add_vector_to_both_events(self, host_task_events, events)
+else:
+    _LaunchState = None
+
+
 def submit_ordered(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_size: list, local_size: list,
                    in_order: bool) -> dpctl.SyclEvent:
     """Submit after everything dpnp's order manager holds for `queue` and register the event with it.
@@ -83,7 +131,9 @@ def submit_ordered(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_siz
     The launch depends on all events the manager holds, so they are all its ancestors: with the pinned dpctl the
     manager is left holding this event alone (plus its host-task events, which only `wait` uses), and the next
     operation, ours or dpnp's, depends on one event that implies the rest. On an in-order queue the queue itself
-    orders, so the launch takes no dependencies."""
+    orders, so the launch takes no dependencies. While xe2rt's launches follow one another with nothing else
+    submitted in between, the state stays one `_LaunchState` whose `latest` each launch depends on and replaces:
+    no status queries, no C++ list updates, no new state per launch."""
     manager = _MANAGERS[queue]
     if _OrderState is None:
         event = queue.submit_async(sycl_kernel, packed, global_size, local_size,
@@ -91,18 +141,19 @@ def submit_ordered(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_siz
         manager.add_event_pair(event, event)
         return event
     state = manager._state
-    deps = state.get_submitted_events()  # completed events pruned
+    if type(state) is _LaunchState and not state.foreign:
+        event = queue.submit_async(sycl_kernel, packed, global_size, local_size, [] if in_order else [state.latest])
+        state.latest = event
+        state.flushed = False
+        return event
+    deps = state.get_submitted_events()  # completed events pruned (a _LaunchState adds its latest first)
     event = queue.submit_async(sycl_kernel, packed, global_size, local_size, [] if in_order else deps)
-    if not deps:  # the manager's list is empty: this event alone is what it will hold
-        state.add_to_submitted_events(event)
-    else:
-        fresh = _OrderState(MANAGER_PRUNE_THRESHOLD)
-        host_tasks = state.get_host_task_events()
-        if host_tasks:
-            fresh.add_vector_to_both_events(host_tasks, [event])
-        else:
-            fresh.add_to_submitted_events(event)
-        manager._state = fresh
+    fresh = _LaunchState(MANAGER_PRUNE_THRESHOLD)
+    host_tasks = state.get_host_task_events()
+    if host_tasks:
+        _OrderState.add_vector_to_both_events(fresh, host_tasks, [])
+    fresh.latest, fresh.flushed, fresh.foreign = event, False, False
+    manager._state = fresh
     return event
 
 
