@@ -272,3 +272,59 @@ def test_output_pool_recycles_only_unreachable_allocations(queue):
         again = pool.new_output((16,), dt, queue)
         assert address(again) != held_address, held
         del held
+
+
+def test_output_groups_share_one_allocation_and_return_together(queue):
+    """A multi-output op's outputs come from one pooled allocation (pool.take_group): the later ones start at an
+    aligned offset and are passed to kernels through the memory object the pool made for that offset; the
+    allocation returns to the pool only once no output, view or usm_ndarray of any of them can reach it; a group
+    too large for the pool is allocated as usual."""
+    import gc
+    from xe2rt import _compat, launch, pool
+
+    to_float = xe2rt.Module.from_source(
+        "__kernel void to_float(__global float* y, __global const int* x, int n) {"
+        " int i = get_global_id(0); if (i < n) y[i] = (float)x[i]; }", queue=queue).kernel("to_float")
+    rng = np.random.default_rng(5)
+    logits_host = rng.standard_normal((3, 160)).astype(np.float32)
+    logits = to_device(logits_host, queue)
+    order = np.argsort(-logits_host.astype(np.float64), axis=1, kind="stable")[:, :6]
+    for _ in range(3):  # cold, then warm replays
+        values, indices = xe2rt.softmax_topk(logits, 6)
+        assert indices.get_array().usm_data is values.get_array().usm_data
+        offset = _compat.first_element_address(indices.get_array()) - _compat.first_element_address(
+            values.get_array())
+        assert offset > 0 and offset % pool.GROUP_ALIGNMENT == 0, offset
+        np.testing.assert_array_equal(indices.asnumpy(), order)
+        # the later output as an xe2rt kernel's input (its memory object from the pool), and as dpnp sees it
+        as_float = dpnp.empty(indices.shape, dtype=np.float32, sycl_queue=queue)
+        to_float(as_float, indices, indices.size, global_size=indices.size, local_size=1)
+        np.testing.assert_array_equal(as_float.asnumpy(), order.astype(np.float32))
+        np.testing.assert_array_equal(dpnp.astype(indices, np.float32).asnumpy(), order.astype(np.float32))
+        assert launch.memory_at(indices.get_array()) is values.get_array().usm_data._parts[offset]
+        del values, indices, as_float
+    queue.wait()
+    launch.wait_all()
+    gc.collect()
+    spec = pool.pool.group_spec([((3, 6), np.float32), ((3, 6), np.int32)], queue)
+
+    def address(arrays):
+        return _compat.first_element_address(arrays[0].get_array())
+
+    first = pool.pool.take_group(spec)
+    first_address = address(first)
+    del first
+    again = pool.pool.take_group(spec)
+    assert address(again) == first_address
+    for hold in (lambda g: g[1], lambda g: g[1][1:], lambda g: g[0].get_array(), lambda g: g[1].get_array().usm_data):
+        held, held_address = hold(again), address(again)
+        del again
+        again = pool.pool.take_group(spec)
+        assert address(again) != held_address, held
+        del held
+    big = pool.pool.group_spec([((pool.OutputPool.MAX_BYTES_EACH,), np.uint8), ((5,), np.int32)], queue)
+    a, b = pool.pool.take_group(big)
+    b[...] = dpnp.arange(5, dtype=np.int32, sycl_queue=queue)
+    np.testing.assert_array_equal(b.asnumpy(), np.arange(5))
+    assert launch.memory_at(b.get_array()) is b.get_array().usm_data._parts[pool.pool.group_spec(
+        [((pool.OutputPool.MAX_BYTES_EACH,), np.uint8)], queue)[2]]

@@ -43,6 +43,8 @@ _TARGET_KEY, _KERNEL_DIR_KEY = _compat.environ_key("XE2RT_TARGET"), _compat.envi
 facts_of = launch.facts_of
 _array_facts = launch.array_facts
 _take = launch.pool.pool.take
+_take_group = launch.pool.pool.take_group
+_GROUP = launch.pool.GROUP
 _ordered_submit = launch.ordered_submit
 
 
@@ -56,6 +58,13 @@ _fields_by_type: dict = {}
 # Device constants an op made once from facts its cache key holds and keeps for the life of the process: the
 # recorder (launch.Recorder) notes launches that pass one as constants, so a replay passes the same array again.
 resident = launch.resident
+
+
+def _all_dpnp(items: tuple) -> bool:
+    for item in items:
+        if type(item) is not _DPNP_ARRAY:
+            return False
+    return True
 
 
 def _flatten(value, facts: list, arrays: list, hits: list) -> bool:
@@ -127,19 +136,22 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple
     for r in (list(result) if isinstance(result, tuple) else [result]):
         slot = next((("in", i) for i, (obj, _) in enumerate(recorder.inputs) if r is obj), None)
         if slot is None:
-            slot = next((("new", j) for j, (array, _) in enumerate(recorder.outputs) if r is array), None)
+            slot = next((("new", j) for j, (array, _, _) in enumerate(recorder.outputs) if r is array), None)
         if slot is None:
             return None
         result_slots.append(slot)
+    # one pool spec per single output and per group (whose arrays follow one another in recorder.outputs)
+    fresh = [spec for _, spec, part in recorder.outputs if not part]
+    byte_offset = [spec[1][part][2] if part else 0 for _, spec, part in recorder.outputs]
     launches = []
     for step in recorder.steps:
         # the packed arguments with the constants in place, and where this call's arrays and fresh outputs go
         template = [what if kind == "const" else None for kind, what in step.slots]
         ins = tuple((pos, what) for pos, (kind, what) in enumerate(step.slots) if kind == "in")
-        news = tuple((pos, what) for pos, (kind, what) in enumerate(step.slots) if kind == "new")
+        # a fresh output's memory: its handle's, or (a later output of a group) the one its handle keeps for it
+        news = tuple((pos, what, byte_offset[what]) for pos, (kind, what) in enumerate(step.slots) if kind == "new")
         launches.append((step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, template,
                          ins, news))
-    fresh = [launch.pool.pool.spec(*spec) for _, spec in recorder.outputs]
     n_inputs = len(recorder.inputs)
     out_arrays = list(in_place) + list(range(n_inputs - n_out_args, n_inputs))
     nbytes = [u.size * u.itemsize for _, u in recorder.inputs]
@@ -159,15 +171,26 @@ def _overlapping(entry: _Entry, hits: list) -> bool:
     return False
 
 
+def _fresh_outputs(specs) -> list:
+    new = []
+    for spec in specs:
+        if spec[0] is _GROUP:
+            new.extend(_take_group(spec))
+        else:
+            new.append(_take(spec))
+    return new
+
+
 def _replay(entry: _Entry, arrays: list, hits: list):
-    new = [_take(spec) for spec in entry.fresh] if entry.fresh else ()
+    new = _fresh_outputs(entry.fresh) if entry.fresh else ()
     keep = (arrays, new)  # held until the kernels complete (launch._record)
     for queue, sycl_kernel, global_size, local_size, in_order, template, ins, news in entry.launches:
         packed = template.copy()
         for pos, what in ins:
             packed[pos] = hits[what][4]  # facts_of's memory object (a view's is made once, at its first element)
-        for pos, what in news:
-            packed[pos] = new[what].get_array().usm_data
+        for pos, what, byte_offset in news:
+            memory = new[what].get_array().usm_data
+            packed[pos] = memory._parts[byte_offset] if byte_offset else memory
         _ordered_submit(queue, sycl_kernel, packed, global_size, local_size, keep, in_order)
     is_tuple, slots = entry.result
     if not is_tuple:
@@ -237,7 +260,22 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
             if out is not _NO_OUT:  # last: its arrays are the call's last ones
                 n_before_out = len(arrays)
                 facts.append("out")
-                if not _flatten(out, facts, arrays, hits):
+                if type(out) is _DPNP_ARRAY or type(out) is tuple and _all_dpnp(out):  # as _flatten, inline
+                    if type(out) is tuple:
+                        facts.append(tuple)
+                        facts.append(len(out))
+                        items = out
+                    else:
+                        items = (out,)
+                    for value in items:
+                        u = value.get_array()
+                        hit = _array_facts.get(id(u))
+                        if hit is None or hit[1] != u.shape or hit[0]() is not u:
+                            hit = facts_of(u)
+                        facts.append(hit[5])
+                        arrays.append((value, u))
+                        hits.append(hit)
+                elif not _flatten(out, facts, arrays, hits):
                     return op(*args, **kwargs)
                 n_out_args = len(arrays) - n_before_out
         try:

@@ -233,38 +233,27 @@ def usm_memory(u):
 
 def memory_at(u, address: int | None = None):
     """A dpctl memory object at usm_ndarray `u`'s first element (`address`, if known): the allocation's own when `u`
-    starts at it, else view_memory's. facts_of keeps the result per array; one-off views (a memcpy source) call this
-    directly."""
+    starts at it; the one the output pool made for it when `u` is a later output of a group (pool.take_group); else
+    view_memory's. facts_of keeps the result per array; one-off views (a memcpy source) call this directly."""
     offset = _compat.element_offset(u)
     if offset == 0:
         return u.usm_data
+    allocation = u.usm_data
+    if type(allocation) is _GROUP_MEMORY:
+        memory = allocation._parts.get(offset * u.itemsize)
+        if memory is not None:
+            return memory
     return view_memory(u, _compat.first_element_address(u) if address is None else address, offset)
 
 
-class _ViewBuffer:
-    """A view's first element as a USM buffer (`__sycl_usm_array_interface__`) that refers to the allocation's memory
-    object rather than to the view: a memory object made from it can live in the view's facts entry without keeping
-    the view alive."""
-    __slots__ = ("__sycl_usm_array_interface__", "allocation")
+_GROUP_MEMORY = pool._PooledGroupMemory
 
 
 def view_memory(u, address: int, offset: int):
     """A dpctl memory object at usm_ndarray `u`'s first element (`address`, `offset` elements into its allocation),
-    of the allocation's USM kind, spanning to the allocation's end. dpctl.memory.as_usm_memory(u) does the same at
-    about 2.5x the cost, and holds `u`."""
-    allocation = u.usm_data
-    buffer = _ViewBuffer()
-    buffer.allocation = allocation
-    buffer.__sycl_usm_array_interface__ = {
-        "data": (address, False), "shape": (max(1, allocation.nbytes - offset * u.itemsize),), "strides": None,
-        "typestr": "|u1", "version": 1, "syclobj": u.sycl_queue}
-    for kind in _MEMORY_KINDS:  # the pool's handles subclass MemoryUSMDevice
-        if isinstance(allocation, kind):
-            return kind(buffer)
-    return dpctl.memory.as_usm_memory(buffer)
-
-
-_MEMORY_KINDS = (dpctl.memory.MemoryUSMDevice, dpctl.memory.MemoryUSMShared, dpctl.memory.MemoryUSMHost)
+    of the allocation's USM kind, spanning to the allocation's end, referring to the allocation's memory object (not
+    to `u`). dpctl.memory.as_usm_memory(u) does the same at about 2.5x the cost, and holds `u`."""
+    return pool.memory_inside(u.usm_data, address, offset * u.itemsize, u.sycl_queue)
 
 
 def _scalar(spec: tuple, value):
@@ -517,8 +506,8 @@ def resident(array):
 
 class Recorder:
     """What a recording collects: the steps, and the arrays slots refer to. `inputs` are (object passed, its
-    usm_ndarray) pairs the caller registers; `outputs` are (array, (shape, dtype, queue)) the op made with
-    new_output; `replayable` is False once a launch used an array that is neither."""
+    usm_ndarray) pairs the caller registers; `outputs` are (array, pool spec, part) the op made with new_output (part
+    None) or new_outputs (part: the array's index in its group, whose members follow one another); `replayable` is False once a launch used an array that is neither."""
     __slots__ = ("steps", "inputs", "outputs", "replayable")
 
     def __init__(self, inputs=()):
@@ -535,7 +524,7 @@ class Recorder:
                 continue
             slot = next((("in", i) for i, (obj, u) in enumerate(self.inputs) if value is obj or value is u), None)
             if slot is None:
-                slot = next((("new", j) for j, (array, _) in enumerate(self.outputs) if value is array), None)
+                slot = next((("new", j) for j, (array, _, _) in enumerate(self.outputs) if value is array), None)
             if slot is None and _resident.get(id(value)) is value:
                 slot = ("const", arg)  # the slot holds the packed memory; _resident holds the array
             if slot is None:
@@ -574,11 +563,24 @@ def is_recording() -> bool:
 
 def new_output(shape: tuple, dtype, queue: dpctl.SyclQueue):
     """An op's output array (from the output pool, xe2rt.pool); while recording, a slot later calls refill."""
-    array = pool.new_output(shape, dtype, queue)
+    spec = pool.pool.spec(tuple(shape), dtype, queue)
+    array = pool.pool.take(spec)
     recorder = _recording.current
     if recorder is not None:
-        recorder.outputs.append((array, (tuple(shape), np.dtype(dtype), queue)))
+        recorder.outputs.append((array, spec, None))
     return array
+
+
+def new_outputs(parts, queue: dpctl.SyclQueue) -> tuple:
+    """An op's output arrays, one per (shape, dtype) of `parts`, in one pooled allocation (pool.take_group: one
+    handle and one return to the pool for all of them); recorded as new_output's are."""
+    spec = pool.pool.group_spec(parts, queue)
+    arrays = pool.pool.take_group(spec)
+    recorder = _recording.current
+    if recorder is not None:
+        for part, array in enumerate(arrays):
+            recorder.outputs.append((array, spec, part))
+    return arrays
 
 
 def launch(kernel, args: Sequence, global_size, local_size, queue: dpctl.SyclQueue):

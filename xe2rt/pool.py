@@ -7,7 +7,12 @@ MemoryUSMDevice). Every array or view the user makes of the output refers to tha
 record (xe2rt.launch keeps a kernel's arguments until its event completes, dpnp's keep-alive tasks do the same for its
 own ops). When the handle is collected (its `__del__`), nothing can touch the allocation any more and its last kernel
 has completed: it goes back to the free list. A recycled allocation is handed out only on the queue it was made for,
-whose order manager orders the next writer after everything queued before.
+whose order manager orders the next writer after everything queued before. An op with several outputs
+(softmax_topk's values and indices, rms_norm's y and s) takes them as one group: one allocation and one handle, each
+output at an aligned offset in it, back to the pool when nothing reaches any of them. The later outputs of a group
+are therefore arrays that start inside their allocation, as views do: `usm_data` is the allocation, and raw-pointer
+code must take the offset into account (`__sycl_usm_array_interface__`, `dpctl.memory.as_usm_memory(array)`, or
+`xe2rt.launch.memory_at`), as it must for any view.
 
 One way around that rule exists and is not detected: dpctl's memory copy constructor,
 `dpctl.memory.MemoryUSMDevice(out.get_array().usm_data)`, makes an object that shares the allocation without
@@ -38,6 +43,42 @@ class _PooledMemory(dpctl.memory.MemoryUSMDevice):
         home = getattr(self, "_home", None)
         if home is not None:
             home.append(self._base)
+
+
+class _PooledGroupMemory(_PooledMemory):
+    """A handle on a pooled allocation that holds several outputs of one call (softmax_topk's values and indices):
+    one handle, one return to the pool, instead of one per output. `_parts` maps the byte offset of each later
+    output to a memory object at its first byte (made once per allocation, referring to the pool's own memory
+    object, not to the handle): what a launch passes for that output (xe2rt.launch.memory_at)."""
+    __slots__ = ("_parts",)
+
+
+GROUP_ALIGNMENT = 128  # bytes between the start of the allocation and each output of a group, rounded up to this
+
+
+def memory_inside(allocation, address: int, offset: int, queue: dpctl.SyclQueue):
+    """A dpctl memory object at `address`, `offset` bytes into USM memory object `allocation` (of its USM kind),
+    spanning to the allocation's end, that refers to `allocation` (so it keeps the allocation, and nothing else,
+    alive)."""
+    buffer = _ViewBuffer()
+    buffer.allocation = allocation
+    buffer.__sycl_usm_array_interface__ = {
+        "data": (address, False), "shape": (max(1, allocation.nbytes - offset),),
+        "strides": None, "typestr": "|u1", "version": 1, "syclobj": queue}
+    for kind in _MEMORY_KINDS:  # the pool's handles subclass MemoryUSMDevice
+        if isinstance(allocation, kind):
+            return kind(buffer)
+    return dpctl.memory.as_usm_memory(buffer)
+
+
+class _ViewBuffer:
+    """A USM buffer (`__sycl_usm_array_interface__`) inside an allocation, referring to the allocation's memory
+    object: memory objects made from it keep that object alive, not whatever the address was read from."""
+    __slots__ = ("__sycl_usm_array_interface__", "allocation")
+
+
+_MEMORY_KINDS = (dpctl.memory.MemoryUSMDevice, dpctl.memory.MemoryUSMShared, dpctl.memory.MemoryUSMHost)
+GROUP = "group"  # first item of a group spec (a single output's spec starts with its shape)
 
 
 class OutputPool:
@@ -85,13 +126,54 @@ class OutputPool:
         memory._home = free
         return _wrap(_usm_ndarray(shape, typestr, None, memory))
 
+    def group_spec(self, parts, queue: dpctl.SyclQueue) -> tuple:
+        """What `take_group` needs to hand out one array per (shape, dtype) of `parts`, all in one allocation (each
+        starting GROUP_ALIGNMENT-aligned), computed once: (GROUP, per part (shape, type string, byte offset, element
+        offset), byte size, free-list key)."""
+        layout, offset = [], 0
+        for shape, dtype in parts:
+            dtype = np.dtype(dtype)
+            layout.append((tuple(shape), dtype.str, offset, offset // dtype.itemsize))
+            offset += -(-max(1, dtype.itemsize * math.prod(shape)) // GROUP_ALIGNMENT) * GROUP_ALIGNMENT
+        layout = tuple(layout)
+        return (GROUP, layout, offset, (offset, queue, layout))
+
+    def take_group(self, spec: tuple) -> tuple:
+        """The arrays `spec` (from `group_spec`) describes, uninitialised, sharing one allocation and one handle."""
+        _, layout, nbytes, key = spec
+        queue = key[1]
+        free = None
+        if nbytes <= self.MAX_BYTES_EACH:
+            free = self._free.get(key)
+            if free is None:
+                free = self._free.setdefault(key, collections.deque())
+        try:
+            base, parts = free.pop()
+        except (IndexError, AttributeError):  # none free, or too large to pool (free is None)
+            base = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
+            start = base.__sycl_usm_array_interface__["data"][0]
+            parts = {offset: memory_inside(base, start + offset, offset, queue) for _, _, offset, _ in layout if offset}
+            if free is not None:
+                with self._lock:
+                    if self._total + nbytes > self.MAX_TOTAL:
+                        free = None
+                    else:
+                        self._total += nbytes
+        memory = _PooledGroupMemory(base)
+        memory._base = (base, parts)
+        memory._home = free
+        memory._parts = parts
+        return tuple([_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset))
+                      for shape, typestr, _, element_offset in layout])
+
     def free_count(self) -> int:
         return sum(len(d) for d in self._free.values())
 
     def clear(self) -> None:
         """Drop the free allocations (those still handed out return to the pool when released)."""
         with self._lock:
-            for (nbytes, _), free in self._free.items():
+            for key, free in self._free.items():
+                nbytes = key[0]
                 while True:
                     try:
                         free.pop()
@@ -109,3 +191,8 @@ pool = OutputPool()
 
 def new_output(shape: tuple, dtype, queue: dpctl.SyclQueue):
     return pool.array(tuple(shape), dtype, queue)
+
+
+def new_outputs(parts, queue: dpctl.SyclQueue) -> tuple:
+    """One array per (shape, dtype) of `parts`, sharing one pooled allocation (OutputPool.take_group)."""
+    return pool.take_group(pool.group_spec(parts, queue))

@@ -287,7 +287,8 @@ class DecoderLM:
         head = xe2rt.bind(self._linear, y, w["lm_head"], out=logits)
         from ..ops import decode_attention as attention
         self._dec = {"x": xs[0], "poslen": poslen, "q": qv.reshape(hq, d), "attn": attn, "layers": layers,
-                     "x_memory": xs[0].get_array().usm_data, "poslen_memory": poslen.get_array().usm_data,
+                     "x_memory": launch.memory_at(xs[0].get_array()),
+                     "poslen_memory": launch.memory_at(poslen.get_array()),
                      "embed": w["embed"].get_array(), "row_bytes": h * 2, "host_poslen": np.zeros(2, np.int32),
                      "norm": norm, "head": head, "logits": logits, "attention": {},
                      "attn_ws": buf(attention.workspace_floats(attention.MAX_SPLITS, hq, d), dtype=np.float32)}
@@ -429,8 +430,8 @@ class DecoderLM:
                 deps = [] if q.is_in_order else dpctl.utils.SequentialOrderManager[q].submitted_events
                 host_row, host_idx = self._host_argmax
                 dpctl.SyclEvent.wait_for([
-                    q.memcpy_async(host_row, row.get_array().usm_data, host_row.nbytes, deps),
-                    q.memcpy_async(host_idx, idx.get_array().usm_data, host_idx.nbytes, deps)])
+                    q.memcpy_async(host_row, launch.memory_at(row.get_array()), host_row.nbytes, deps),
+                    q.memcpy_async(host_idx, launch.memory_at(idx.get_array()), host_idx.nbytes, deps)])
                 r = int(host_row[0])
                 return r * ARG_ROW + int(host_idx[r])
             return int(dpnp.asnumpy(dpnp.argmax(logits[0])))

@@ -128,8 +128,7 @@ def run_rms_norm(x, weight, *, eps, residual=None, out=None, target: str | None 
                 raise InputError(f"{op}: out y and out s overlap; they must be separate arrays")
             y, s = out
         else:
-            y = launch.new_output(x.shape, np.float16, queue)
-            s = launch.new_output(x.shape, np.float16, queue)
+            y, s = launch.new_outputs([(x.shape, np.float16)] * 2, queue)
     result = y if residual is None else (y, s)
     if rows == 0:
         return result, None

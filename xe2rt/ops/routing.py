@@ -100,8 +100,7 @@ def run(op: str, x, k, mode: int, *, out=None, target: str | None = None):
     shape = (rows, k)
     out = _check_out(op, out, shape, x.dtype, queue, x)
     validate.fits_int32(op, rows=rows, n=n)  # element offsets in the kernels are 64-bit; row and column ids 32-bit
-    values, indices = out if out is not None else (launch.new_output(shape, x.dtype, queue),
-                                                   launch.new_output(shape, np.int32, queue))
+    values, indices = out if out is not None else launch.new_outputs([(shape, x.dtype), (shape, np.int32)], queue)
     if rows == 0:
         return (values, indices), None
     name, lanes_per_row = choose_kernel(program, x.dtype, n, k)
