@@ -20,6 +20,13 @@ def args(queue, slm=16):
     return [x, w, y, 16, 64, xe2rt.LocalMemory(4 * slm)]
 
 
+def cpu_geometry(queue):
+    """(local size, SLM floats) of the cpu gemv_fp16 kernel's one work-group (its decomposition: ROWS rows per group,
+    RPT per work-item, ROWS x K_SPLIT floats of SLM)."""
+    c = artifacts.load(queue, "cpu", "gemv_fp16").constants
+    return c["ROWS"] // c["RPT"] * c["K_SPLIT"], c["ROWS"] * c["K_SPLIT"]
+
+
 def test_work_group_too_large(queue, gemv_kernel):
     too_many = queue.sycl_device.max_work_group_size * 2
     with pytest.raises(xe2rt.LaunchLimitError, match=rf"Required: {too_many}, limit: kernel \d+, device \d+"):
@@ -58,7 +65,8 @@ def test_argument_count(queue, gemv_kernel):
 
 
 def test_valid_launch_returns_event(queue, gemv_kernel):
-    a = args(queue)
-    event = launch.launch(gemv_kernel, a, 4, 4, queue)
+    local, slm = cpu_geometry(queue)
+    a = args(queue, slm=slm)
+    event = launch.launch(gemv_kernel, a, local, local, queue)
     event.wait()
     assert np.all(np.asarray(a[2].asnumpy()) == 64)

@@ -507,7 +507,8 @@ def resident(array):
 class Recorder:
     """What a recording collects: the steps, and the arrays slots refer to. `inputs` are (object passed, its
     usm_ndarray) pairs the caller registers; `outputs` are (array, pool spec, part) the op made with new_output (part
-    None) or new_outputs (part: the array's index in its group, whose members follow one another); `replayable` is False once a launch used an array that is neither."""
+    None) or new_outputs (part: the array's index in its group, whose members follow one another); `replayable` is
+    False once a launch used an array that is neither."""
     __slots__ = ("steps", "inputs", "outputs", "replayable")
 
     def __init__(self, inputs=()):

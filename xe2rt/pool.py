@@ -191,8 +191,3 @@ pool = OutputPool()
 
 def new_output(shape: tuple, dtype, queue: dpctl.SyclQueue):
     return pool.array(tuple(shape), dtype, queue)
-
-
-def new_outputs(parts, queue: dpctl.SyclQueue) -> tuple:
-    """One array per (shape, dtype) of `parts`, sharing one pooled allocation (OutputPool.take_group)."""
-    return pool.take_group(pool.group_spec(parts, queue))
