@@ -42,9 +42,7 @@ _environ_get = _compat.environ_get
 _TARGET_KEY, _KERNEL_DIR_KEY = _compat.environ_key("XE2RT_TARGET"), _compat.environ_key("XE2RT_KERNEL_DIR")
 facts_of = launch.facts_of
 _array_facts = launch.array_facts
-_take = launch.pool.pool.take
-_take_group = launch.pool.pool.take_group
-_GROUP = launch.pool.GROUP
+_take_into = launch.pool.pool.take_into
 _ordered_submit = launch.ordered_submit
 
 
@@ -142,14 +140,12 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple
         result_slots.append(slot)
     # one pool spec per single output and per group (whose arrays follow one another in recorder.outputs)
     fresh = [spec for _, spec, part in recorder.outputs if not part]
-    byte_offset = [spec[1][part][2] if part else 0 for _, spec, part in recorder.outputs]
     launches = []
     for step in recorder.steps:
         # the packed arguments with the constants in place, and where this call's arrays and fresh outputs go
         template = [what if kind == "const" else None for kind, what in step.slots]
         ins = tuple((pos, what) for pos, (kind, what) in enumerate(step.slots) if kind == "in")
-        # a fresh output's memory: its handle's, or (a later output of a group) the one its handle keeps for it
-        news = tuple((pos, what, byte_offset[what]) for pos, (kind, what) in enumerate(step.slots) if kind == "new")
+        news = tuple((pos, what) for pos, (kind, what) in enumerate(step.slots) if kind == "new")
         launches.append((step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, template,
                          ins, news))
     n_inputs = len(recorder.inputs)
@@ -171,26 +167,18 @@ def _overlapping(entry: _Entry, hits: list) -> bool:
     return False
 
 
-def _fresh_outputs(specs) -> list:
-    new = []
-    for spec in specs:
-        if spec[0] is _GROUP:
-            new.extend(_take_group(spec))
-        else:
-            new.append(_take(spec))
-    return new
-
-
 def _replay(entry: _Entry, arrays: list, hits: list):
-    new = _fresh_outputs(entry.fresh) if entry.fresh else ()
+    new, memories = [], []
+    if entry.fresh:
+        for spec in entry.fresh:  # fresh outputs, and the memory object each is passed as
+            _take_into(spec, new, memories)
     keep = (arrays, new)  # held until the kernels complete (launch._record)
     for queue, sycl_kernel, global_size, local_size, in_order, template, ins, news in entry.launches:
         packed = template.copy()
         for pos, what in ins:
             packed[pos] = hits[what][4]  # facts_of's memory object (a view's is made once, at its first element)
-        for pos, what, byte_offset in news:
-            memory = new[what].get_array().usm_data
-            packed[pos] = memory._parts[byte_offset] if byte_offset else memory
+        for pos, what in news:
+            packed[pos] = memories[what]
         _ordered_submit(queue, sycl_kernel, packed, global_size, local_size, keep, in_order)
     is_tuple, slots = entry.result
     if not is_tuple:

@@ -107,9 +107,14 @@ class OutputPool:
 
     def take(self, spec: tuple):
         """A dpnp array of the shape, dtype and queue that `spec` (from `spec()`) describes, uninitialised."""
+        return self._take(spec)[0]
+
+    def _take(self, spec: tuple) -> tuple:
+        """take's array, and the memory object under it."""
         shape, typestr, nbytes, key = spec
         if nbytes > self.MAX_BYTES_EACH:
-            return _wrap(_usm_ndarray(shape, typestr, None, dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])))
+            memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])
+            return _wrap(_usm_ndarray(shape, typestr, None, memory)), memory
         free = self._free.get(key)
         if free is None:
             free = self._free.setdefault(key, collections.deque())
@@ -119,12 +124,12 @@ class OutputPool:
             base = dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])
             with self._lock:
                 if self._total + nbytes > self.MAX_TOTAL:
-                    return _wrap(_usm_ndarray(shape, typestr, None, base))
+                    return _wrap(_usm_ndarray(shape, typestr, None, base)), base
                 self._total += nbytes
         memory = _PooledMemory(base)
         memory._base = base
         memory._home = free
-        return _wrap(_usm_ndarray(shape, typestr, None, memory))
+        return _wrap(_usm_ndarray(shape, typestr, None, memory)), memory
 
     def group_spec(self, parts, queue: dpctl.SyclQueue) -> tuple:
         """What `take_group` needs to hand out one array per (shape, dtype) of `parts`, all in one allocation (each
@@ -140,6 +145,10 @@ class OutputPool:
 
     def take_group(self, spec: tuple) -> tuple:
         """The arrays `spec` (from `group_spec`) describes, uninitialised, sharing one allocation and one handle."""
+        return self._take_group(spec)[0]
+
+    def _take_group(self, spec: tuple) -> tuple:
+        """take_group's arrays, the handle, and the memory objects at the later arrays (byte offset -> object)."""
         _, layout, nbytes, key = spec
         queue = key[1]
         free = None
@@ -163,8 +172,24 @@ class OutputPool:
         memory._base = (base, parts)
         memory._home = free
         memory._parts = parts
-        return tuple([_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset))
-                      for shape, typestr, _, element_offset in layout])
+        arrays = tuple([_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset))
+                        for shape, typestr, _, element_offset in layout])
+        return arrays, memory, parts
+
+    def take_into(self, spec: tuple, arrays: list, memories: list) -> None:
+        """Append the array(s) `spec` (a `spec()` or a `group_spec()`) describes to `arrays`, and to `memories` the
+        memory object a kernel argument passes for each (what xe2rt.launch.memory_at returns for it): a warm call's
+        replay packs these without asking each array for them."""
+        if spec[0] is GROUP:
+            group, memory, parts = self._take_group(spec)
+            arrays.extend(group)
+            memories.append(memory)
+            for _, _, offset, _ in spec[1][1:]:
+                memories.append(parts[offset])
+        else:
+            array, memory = self._take(spec)
+            arrays.append(array)
+            memories.append(memory)
 
     def free_count(self) -> int:
         return sum(len(d) for d in self._free.values())
