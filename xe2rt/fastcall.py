@@ -151,7 +151,7 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple
     n_inputs = len(recorder.inputs)
     out_arrays = list(in_place) + list(range(n_inputs - n_out_args, n_inputs))
     nbytes = [u.size * u.itemsize for _, u in recorder.inputs]
-    queues = tuple({id(q): q for q in (u.sycl_queue for _, u in recorder.inputs)}.values())
+    queues = launch.distinct_queues(u.sycl_queue for _, u in recorder.inputs)
     return _Entry(launches, fresh, (isinstance(result, tuple), tuple(result_slots)), out_arrays, nbytes, queues)
 
 
@@ -169,9 +169,8 @@ def _overlapping(entry: _Entry, hits: list) -> bool:
 
 def _replay(entry: _Entry, arrays: list, hits: list):
     new, memories = [], []
-    if entry.fresh:
-        for spec in entry.fresh:  # fresh outputs, and the memory object each is passed as
-            _take_into(spec, new, memories)
+    for spec in entry.fresh:  # fresh outputs, and the memory object each is passed as
+        _take_into(spec, new, memories)
     keep = (arrays, new)  # held until the kernels complete (launch._record)
     for queue, sycl_kernel, global_size, local_size, in_order, template, ins, news in entry.launches:
         packed = template.copy()

@@ -655,6 +655,12 @@ def _plain_size(size) -> bool:
     return True
 
 
+def distinct_queues(queues) -> tuple:
+    """Each SyclQueue object of `queues` once (by identity): what a cache entry holds so that no queue id its key
+    names can be reused while the entry exists."""
+    return tuple({id(q): q for q in queues}.values())
+
+
 def warm_key(kernel, args: tuple, global_size, local_size, queue):
     """(key, per-argument facts) of a Kernel call the warm path can take, else (None, None)."""
     if _recording.current is not None or not _plain_size(global_size) or \
@@ -724,7 +730,7 @@ def remember_warm(key, kernel, args: tuple, submission: Submission) -> None:
         _warm_calls.clear()
     # the entry holds every array's queue, not only the launch queue: the key names them by id (an array may live on
     # another SyclQueue object equal to the launch queue), and no id may be reused while the entry exists
-    queues = tuple({id(q): q for q in (args[pos].get_array().sycl_queue for pos in arrays)}.values())
+    queues = distinct_queues(args[pos].get_array().sycl_queue for pos in arrays)
     _warm_calls[key] = (submission.queue, submission.sycl_kernel, submission.global_size, submission.local_size,
                         submission.in_order, template, tuple(arrays), tuple(ints), tuple(reals), tuple(others), queues)
 

@@ -49,8 +49,14 @@ class _PooledGroupMemory(_PooledMemory):
     """A handle on a pooled allocation that holds several outputs of one call (softmax_topk's values and indices):
     one handle, one return to the pool, instead of one per output. `_parts` maps the byte offset of each later
     output to a memory object at its first byte (made once per allocation, referring to the pool's own memory
-    object, not to the handle): what a launch passes for that output (xe2rt.launch.memory_at)."""
+    object, not to the handle): what a launch passes for that output (xe2rt.launch.memory_at). The free list keeps
+    the allocation with its parts."""
     __slots__ = ("_parts",)
+
+    def __del__(self):
+        home = getattr(self, "_home", None)
+        if home is not None:
+            home.append((self._base, self._parts))
 
 
 GROUP_ALIGNMENT = 128  # bytes between the start of the allocation and each output of a group, rounded up to this
@@ -151,14 +157,16 @@ class OutputPool:
         """take_group's arrays, the handle, and the memory objects at the later arrays (byte offset -> object)."""
         _, layout, nbytes, key = spec
         queue = key[1]
-        free = None
+        free, base = None, None
         if nbytes <= self.MAX_BYTES_EACH:
             free = self._free.get(key)
             if free is None:
                 free = self._free.setdefault(key, collections.deque())
-        try:
-            base, parts = free.pop()
-        except (IndexError, AttributeError):  # none free, or too large to pool (free is None)
+            try:
+                base, parts = free.pop()
+            except IndexError:  # none free
+                pass
+        if base is None:
             base = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
             start = base.__sycl_usm_array_interface__["data"][0]
             parts = {offset: memory_inside(base, start + offset, offset, queue) for _, _, offset, _ in layout if offset}
@@ -169,7 +177,7 @@ class OutputPool:
                     else:
                         self._total += nbytes
         memory = _PooledGroupMemory(base)
-        memory._base = (base, parts)
+        memory._base = base
         memory._home = free
         memory._parts = parts
         arrays = tuple([_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset))
