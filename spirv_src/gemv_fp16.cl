@@ -7,7 +7,9 @@
  * Two code shapes from one source, chosen by target:
  *  - XE2 (bmg, lnl): one sub-group of SG lanes per (row, slice); VL halves per iteration come in as ushort8 sub-group
  *    block reads of W and x in the same lane layout, so lanes multiply matching elements without shuffles.
- *  - CPU: one work-item per (RPT rows, slice); vload_half8 of x shared by RPT rows, float8 fma (TOOLCHAIN.md 6).
+ *  - CPU: one work-item per (RPT rows, slice), float8 fma over K. Rows of K <= SEQ_K_MAX halves are read one after
+ *    another (one contiguous span per work-item, x from L1); longer rows side by side, each vload_half8 of x shared
+ *    by the RPT rows (TOOLCHAIN.md 6).
  *
  * Batched decode (gemv_fp16_m{2,4,8,16}): x [M, K] -> y [M, N] for M <= MB, the weights read once for all M rows.
  * A thread owns BATCH_RPT(MB) rows and keeps MB accumulators per row (BATCH_RPT * MB <= BATCH_ACCS, so the
@@ -161,18 +163,39 @@ __kernel void gemv_fp16(__global const half* x, __global const half* w, __global
     const int octets = K / 8;
     const int2 range = xe2rt_slice_range(octets, slice, K_SPLIT);
     const int o_begin = range.s0, o_end = range.s1;
-    float8 acc[RPT];
-    for (int r = 0; r < RPT; ++r)
-        acc[r] = 0.0f;
-    for (int o = o_begin; o < o_end; ++o) {
-        const float8 xv = vload_half8(o, x);
-        for (int r = 0; r < RPT; ++r)
-            acc[r] = fma(vload_half8(o, w_rows[r]), xv, acc[r]);
-    }
     float sums[RPT];
-    for (int r = 0; r < RPT; ++r) {
-        float4 a4 = acc[r].lo + acc[r].hi;
-        sums[r] = (a4.s0 + a4.s1) + (a4.s2 + a4.s3);
+    if (K <= SEQ_K_MAX) {
+        /* Short rows: the RPT rows one after another, so that a work-item reads one contiguous span (its rows follow
+         * one another in memory) and x stays in L1. */
+        for (int r = 0; r < RPT; ++r) {
+            float8 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            int o = o_begin;
+            for (; o + 4 <= o_end; o += 4) {
+                a0 = fma(vload_half8(o, w_rows[r]), vload_half8(o, x), a0);
+                a1 = fma(vload_half8(o + 1, w_rows[r]), vload_half8(o + 1, x), a1);
+                a2 = fma(vload_half8(o + 2, w_rows[r]), vload_half8(o + 2, x), a2);
+                a3 = fma(vload_half8(o + 3, w_rows[r]), vload_half8(o + 3, x), a3);
+            }
+            for (; o < o_end; ++o)
+                a0 = fma(vload_half8(o, w_rows[r]), vload_half8(o, x), a0);
+            const float8 a8 = (a0 + a1) + (a2 + a3);
+            const float4 a4 = a8.lo + a8.hi;
+            sums[r] = (a4.s0 + a4.s1) + (a4.s2 + a4.s3);
+        }
+    } else {
+        /* Long rows: the RPT rows side by side, each x load shared by them. */
+        float8 acc[RPT];
+        for (int r = 0; r < RPT; ++r)
+            acc[r] = 0.0f;
+        for (int o = o_begin; o < o_end; ++o) {
+            const float8 xv = vload_half8(o, x);
+            for (int r = 0; r < RPT; ++r)
+                acc[r] = fma(vload_half8(o, w_rows[r]), xv, acc[r]);
+        }
+        for (int r = 0; r < RPT; ++r) {
+            float4 a4 = acc[r].lo + acc[r].hi;
+            sums[r] = (a4.s0 + a4.s1) + (a4.s2 + a4.s3);
+        }
     }
     if (slice == K_SPLIT - 1)
         for (int k = octets * 8; k < K; ++k) {

@@ -11,9 +11,7 @@ from conftest import TARGETS, to_device
 # Bar: max error <= 1e-2 x max|ref|, plus the rigorous fp32-accumulation bound per row (reference.gemv).
 REL_TOL_OF_MAX = 1e-2
 
-SHAPES = [(n, k) for n in (1, 7, 1000, 4096, 8192) for k in (128, 1000, 4096, 4224)]
-# The Xe2-shaped binaries run slowly on the CPU device (TOOLCHAIN 6): all tails, one real-model shape.
-XE2_SHAPES = [(1, 128), (7, 1000), (1000, 4224), (33, 4097), (4096, 4096)]
+# the shape cases are the selftest's (xe2rt.checks.gemv_fp16), run by tests/test_checks.py
 
 
 def check(y_dev, x, w):

@@ -12,6 +12,9 @@ from ._util import dev, host, rng
 REL_BAR = 1e-2
 RULE = "per row: K eps32 sum|w x| + 0.5 ulp16 |ref| (fp32 accumulation, one fp16 rounding)"
 CPU_SHAPES = [(n, k) for n in (1, 7, 1000, 4096, 8192) for k in (128, 1000, 4096, 4224)]
+# the cpu kernel reads rows of K <= SEQ_K_MAX (6144) one after another and longer rows side by side: both sides of
+# the switch, with and without a tail past the last 8 halves, and the Llama-3.1-8B down projection
+CPU_SHAPES += [(7, 6144), (9, 6145), (1000, 6152), (130, 8200), (33, 14343), (4096, 14336)]
 # The Xe2-shaped binaries run slowly on the CPU device (TOOLCHAIN 6): all tails, one real-model shape.
 XE2_SHAPES = [(1, 128), (7, 1000), (1000, 4224), (33, 4097), (4096, 4096)]
 QUICK_SHAPES = [(7, 1000), (1000, 4224), (4096, 4096)]
