@@ -84,7 +84,21 @@ class _ViewBuffer:
 
 
 _MEMORY_KINDS = (dpctl.memory.MemoryUSMDevice, dpctl.memory.MemoryUSMShared, dpctl.memory.MemoryUSMHost)
-GROUP = "group"  # first item of a group spec (a single output's spec starts with its shape)
+
+
+class OutputSpec:
+    """What the pool needs to hand out the outputs of one kind of call, computed once (a warm call's replay keeps
+    it): per output its shape, dtype as a type string (usm_ndarray builds from one in half the time it takes from a
+    numpy dtype) and element offset in the allocation; the allocation's byte size; the queue; and the free list of
+    such allocations itself (None when they are too large to keep), so that a hand-out looks nothing up.
+    `layout` is None for a single output; for a group, one (shape, type string, byte offset, element offset) per
+    output, and `later` the byte offsets of the outputs after the first."""
+    __slots__ = ("shape", "typestr", "nbytes", "queue", "free", "layout", "later")
+
+    def __init__(self, shape, typestr, nbytes, queue, free, layout=None):
+        self.shape, self.typestr, self.nbytes, self.queue, self.free = shape, typestr, nbytes, queue, free
+        self.layout = layout
+        self.later = tuple(offset for _, _, offset, _ in layout[1:]) if layout else ()
 
 
 class OutputPool:
@@ -92,107 +106,102 @@ class OutputPool:
     MAX_TOTAL = 64 << 20
 
     def __init__(self):
-        # (nbytes, queue) -> deque of allocations no handle refers to; a deque, once made, stays (handles out
-        # there return to it)
+        # (nbytes, queue[, layout]) -> deque of allocations no handle refers to; a deque, once made, stays (specs
+        # hold it, and handles out there return to it)
         self._free: dict = {}
         self._total = 0
         self._lock = threading.Lock()
+
+    def _free_list(self, nbytes: int, key: tuple):
+        if nbytes > self.MAX_BYTES_EACH:
+            return None
+        with self._lock:
+            return self._free.setdefault(key, collections.deque())
 
     def array(self, shape: tuple, dtype, queue: dpctl.SyclQueue):
         """A dpnp array of `shape` and `dtype` on `queue`, with uninitialised contents."""
         return self.take(self.spec(shape, dtype, queue))
 
-    @staticmethod
-    def spec(shape: tuple, dtype, queue: dpctl.SyclQueue) -> tuple:
-        """What `take` needs to hand out arrays of one shape, dtype and queue, computed once (a warm call's replay
-        keeps it): the shape, the dtype as its type string (usm_ndarray builds from one in half the time it takes
-        from a numpy dtype), the byte size and the free-list key."""
+    def spec(self, shape: tuple, dtype, queue: dpctl.SyclQueue) -> OutputSpec:
+        """What `take` needs to hand out arrays of one shape, dtype and queue."""
         dtype = np.dtype(dtype)
         nbytes = max(1, dtype.itemsize * math.prod(shape))
-        return (tuple(shape), dtype.str, nbytes, (nbytes, queue))
+        return OutputSpec(tuple(shape), dtype.str, nbytes, queue, self._free_list(nbytes, (nbytes, queue)))
 
-    def take(self, spec: tuple):
+    def take(self, spec: OutputSpec):
         """A dpnp array of the shape, dtype and queue that `spec` (from `spec()`) describes, uninitialised."""
         return self._take(spec)[0]
 
-    def _take(self, spec: tuple) -> tuple:
+    def _allocate(self, spec: OutputSpec):
+        """A new allocation for `spec`, and the free list it returns to (None: not pooled, past MAX_TOTAL)."""
+        base = dpctl.memory.MemoryUSMDevice(spec.nbytes, queue=spec.queue)
+        with self._lock:
+            if self._total + spec.nbytes > self.MAX_TOTAL:
+                return base, None
+            self._total += spec.nbytes
+        return base, spec.free
+
+    def _take(self, spec: OutputSpec) -> tuple:
         """take's array, and the memory object under it."""
-        shape, typestr, nbytes, key = spec
-        if nbytes > self.MAX_BYTES_EACH:
-            memory = dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])
-            return _wrap(_usm_ndarray(shape, typestr, None, memory)), memory
-        free = self._free.get(key)
-        if free is None:
-            free = self._free.setdefault(key, collections.deque())
+        free = spec.free
+        if free is None:  # too large to pool
+            memory = dpctl.memory.MemoryUSMDevice(spec.nbytes, queue=spec.queue)
+            return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, memory)), memory
         try:
             base = free.pop()
-        except IndexError:  # none free (an empty deque raises; cheaper than testing first on the common path)
-            base = dpctl.memory.MemoryUSMDevice(nbytes, queue=key[1])
-            with self._lock:
-                if self._total + nbytes > self.MAX_TOTAL:
-                    return _wrap(_usm_ndarray(shape, typestr, None, base)), base
-                self._total += nbytes
+        except IndexError:  # none free (another thread may have taken the last one: pop, not a test first)
+            base, free = self._allocate(spec)
+            if free is None:
+                return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, base)), base
         memory = _PooledMemory(base)
         memory._base = base
         memory._home = free
-        return _wrap(_usm_ndarray(shape, typestr, None, memory)), memory
+        return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, memory)), memory
 
-    def group_spec(self, parts, queue: dpctl.SyclQueue) -> tuple:
+    def group_spec(self, parts, queue: dpctl.SyclQueue) -> OutputSpec:
         """What `take_group` needs to hand out one array per (shape, dtype) of `parts`, all in one allocation (each
-        starting GROUP_ALIGNMENT-aligned), computed once: (GROUP, per part (shape, type string, byte offset, element
-        offset), byte size, free-list key)."""
+        starting GROUP_ALIGNMENT-aligned)."""
         layout, offset = [], 0
         for shape, dtype in parts:
             dtype = np.dtype(dtype)
             layout.append((tuple(shape), dtype.str, offset, offset // dtype.itemsize))
             offset += -(-max(1, dtype.itemsize * math.prod(shape)) // GROUP_ALIGNMENT) * GROUP_ALIGNMENT
         layout = tuple(layout)
-        return (GROUP, layout, offset, (offset, queue, layout))
+        return OutputSpec(None, None, offset, queue, self._free_list(offset, (offset, queue, layout)), layout)
 
-    def take_group(self, spec: tuple) -> tuple:
+    def take_group(self, spec: OutputSpec) -> tuple:
         """The arrays `spec` (from `group_spec`) describes, uninitialised, sharing one allocation and one handle."""
         return self._take_group(spec)[0]
 
-    def _take_group(self, spec: tuple) -> tuple:
+    def _take_group(self, spec: OutputSpec) -> tuple:
         """take_group's arrays, the handle, and the memory objects at the later arrays (byte offset -> object)."""
-        _, layout, nbytes, key = spec
-        queue = key[1]
-        free, base = None, None
-        if nbytes <= self.MAX_BYTES_EACH:
-            free = self._free.get(key)
+        free = spec.free
+        try:
+            base, parts = free.pop()
+        except (IndexError, AttributeError):  # none free, or too large to pool (no free list)
             if free is None:
-                free = self._free.setdefault(key, collections.deque())
-            try:
-                base, parts = free.pop()
-            except IndexError:  # none free
-                pass
-        if base is None:
-            base = dpctl.memory.MemoryUSMDevice(nbytes, queue=queue)
+                base = dpctl.memory.MemoryUSMDevice(spec.nbytes, queue=spec.queue)
+            else:
+                base, free = self._allocate(spec)
             start = base.__sycl_usm_array_interface__["data"][0]
-            parts = {offset: memory_inside(base, start + offset, offset, queue) for _, _, offset, _ in layout if offset}
-            if free is not None:
-                with self._lock:
-                    if self._total + nbytes > self.MAX_TOTAL:
-                        free = None
-                    else:
-                        self._total += nbytes
+            parts = {offset: memory_inside(base, start + offset, offset, spec.queue) for offset in spec.later}
         memory = _PooledGroupMemory(base)
         memory._base = base
         memory._home = free
         memory._parts = parts
         arrays = tuple([_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset))
-                        for shape, typestr, _, element_offset in layout])
+                        for shape, typestr, _, element_offset in spec.layout])
         return arrays, memory, parts
 
-    def take_into(self, spec: tuple, arrays: list, memories: list) -> None:
+    def take_into(self, spec: OutputSpec, arrays: list, memories: list) -> None:
         """Append the array(s) `spec` (a `spec()` or a `group_spec()`) describes to `arrays`, and to `memories` the
         memory object a kernel argument passes for each (what xe2rt.launch.memory_at returns for it): a warm call's
         replay packs these without asking each array for them."""
-        if spec[0] is GROUP:
+        if spec.layout is not None:
             group, memory, parts = self._take_group(spec)
             arrays.extend(group)
             memories.append(memory)
-            for _, _, offset, _ in spec[1][1:]:
+            for offset in spec.later:
                 memories.append(parts[offset])
         else:
             array, memory = self._take(spec)
