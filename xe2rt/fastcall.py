@@ -110,10 +110,13 @@ def _flatten(value, facts: list, arrays: list, hits: list) -> bool:
 class _Entry:
     """How to replay one call signature: per launch the kernel, ranges and, per argument, either a constant (scalars,
     local memory) or the index of the call's array or of a fresh output."""
-    __slots__ = ("launches", "fresh", "result", "out_arrays", "nbytes", "pairs", "queues")
+    __slots__ = ("launches", "fresh", "result", "fresh_result", "out_arrays", "nbytes", "pairs", "queues")
 
-    def __init__(self, launches, fresh, result, out_arrays, nbytes, queues=()):
+    def __init__(self, launches, fresh, result, out_arrays, nbytes, queues=(), n_new: int = 0):
         self.launches, self.fresh, self.result, self.out_arrays = launches, fresh, result, out_arrays
+        # result slots that are the call's fresh outputs exactly, in order (a replay returns them as one tuple)
+        slots = result[1]
+        self.fresh_result = slots if slots == tuple(("new", j) for j in range(n_new)) else None
         # every queue the key names by id (the call's arrays may live on SyclQueue objects equal to, but other than,
         # the launch queue): held, so that no id in the key can be reused while the entry exists
         self.queues = queues
@@ -152,7 +155,8 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple
     out_arrays = list(in_place) + list(range(n_inputs - n_out_args, n_inputs))
     nbytes = [u.size * u.itemsize for _, u in recorder.inputs]
     queues = launch.distinct_queues(u.sycl_queue for _, u in recorder.inputs)
-    return _Entry(launches, fresh, (isinstance(result, tuple), tuple(result_slots)), out_arrays, nbytes, queues)
+    return _Entry(launches, fresh, (isinstance(result, tuple), tuple(result_slots)), out_arrays, nbytes, queues,
+                  len(recorder.outputs))
 
 
 def _overlapping(entry: _Entry, hits: list) -> bool:
@@ -183,6 +187,8 @@ def _replay(entry: _Entry, arrays: list, hits: list):
     if not is_tuple:
         kind, what = slots[0]
         return arrays[what][0] if kind == "in" else new[what]
+    if slots is entry.fresh_result:  # the op returns exactly its fresh outputs, in order
+        return tuple(new)
     return tuple([arrays[what][0] if kind == "in" else new[what] for kind, what in slots])
 
 

@@ -173,8 +173,9 @@ class OutputPool:
         """The arrays `spec` (from `group_spec`) describes, uninitialised, sharing one allocation and one handle."""
         return self._take_group(spec)[0]
 
-    def _take_group(self, spec: OutputSpec) -> tuple:
-        """take_group's arrays, the handle, and the memory objects at the later arrays (byte offset -> object)."""
+    def _take_group(self, spec: OutputSpec, into: list | None = None) -> tuple:
+        """take_group's arrays (or None, having appended them to `into`), the handle, and the memory objects at the
+        later arrays (byte offset -> object)."""
         free = spec.free
         try:
             base, parts = free.pop()
@@ -189,6 +190,10 @@ class OutputPool:
         memory._base = base
         memory._home = free
         memory._parts = parts
+        if into is not None:
+            for shape, typestr, _, element_offset in spec.layout:
+                into.append(_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset)))
+            return None, memory, parts
         arrays = tuple([_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset))
                         for shape, typestr, _, element_offset in spec.layout])
         return arrays, memory, parts
@@ -198,8 +203,7 @@ class OutputPool:
         memory object a kernel argument passes for each (what xe2rt.launch.memory_at returns for it): a warm call's
         replay packs these without asking each array for them."""
         if spec.layout is not None:
-            group, memory, parts = self._take_group(spec)
-            arrays.extend(group)
+            _, memory, parts = self._take_group(spec, arrays)
             memories.append(memory)
             for offset in spec.later:
                 memories.append(parts[offset])
