@@ -19,6 +19,10 @@
  */
 #include "xe2rt.h"
 
+#ifndef SEQ_K_MAX
+#define SEQ_K_MAX 0 /* cpu: rows of K <= SEQ_K_MAX read one after another (0: always side by side) */
+#endif
+
 #define INLINE static inline __attribute__((always_inline))
 #define BATCH_PARAMS __global const half* x, __global const half* w, __global half* y, int N, int K, int M, \
                      __local float* partial
