@@ -7,9 +7,9 @@
  * Two code shapes from one source, chosen by target:
  *  - XE2 (bmg, lnl): one sub-group of SG lanes per (row, slice); VL halves per iteration come in as ushort8 sub-group
  *    block reads of W and x in the same lane layout, so lanes multiply matching elements without shuffles.
- *  - CPU: one work-item per (RPT rows, slice), float8 fma over K. Rows of K <= SEQ_K_MAX halves are read one after
- *    another (one contiguous span per work-item, x from L1); longer rows side by side, each vload_half8 of x shared
- *    by the RPT rows (TOOLCHAIN.md 6).
+ *  - CPU: one work-item per (RPT rows, slice), float8 fma over K. gemv_fp16_short (the op's choice for K <= SEQ_K_MAX
+ *    halves) reads the rows one after another (one contiguous span per work-item, x from L1); gemv_fp16 reads them
+ *    side by side, each vload_half8 of x shared by the RPT rows (TOOLCHAIN.md 6).
  *
  * Batched decode (gemv_fp16_m{2,4,8,16}): x [M, K] -> y [M, N] for M <= MB, the weights read once for all M rows.
  * A thread owns BATCH_RPT(MB) rows and keeps MB accumulators per row (BATCH_RPT * MB <= BATCH_ACCS, so the
@@ -19,9 +19,6 @@
  */
 #include "xe2rt.h"
 
-#ifndef SEQ_K_MAX
-#define SEQ_K_MAX 0 /* cpu: rows of K <= SEQ_K_MAX read one after another (0: always side by side) */
-#endif
 
 #define INLINE static inline __attribute__((always_inline))
 #define BATCH_PARAMS __global const half* x, __global const half* w, __global half* y, int N, int K, int M, \
@@ -151,8 +148,11 @@ INLINE void gemv_fp16_batch(BATCH_PARAMS, const int MB)
 
 #else /* CPU shape */
 
-__kernel void gemv_fp16(__global const half* x, __global const half* w, __global half* y, int N, int K,
-                        __local float* partial)
+/* short_rows (a compile-time constant per kernel): read the RPT rows one after another (gemv_fp16_short, for
+ * K <= SEQ_K_MAX; the op chooses) instead of side by side (gemv_fp16). Two kernels, so that a first call builds only
+ * the path it runs. */
+INLINE void gemv_fp16_cpu(__global const half* x, __global const half* w, __global half* y, int N, int K,
+                          __local float* partial, const bool short_rows)
 {
     const int lid = get_local_id(0);
     const int slice = lid % K_SPLIT;
@@ -168,21 +168,20 @@ __kernel void gemv_fp16(__global const half* x, __global const half* w, __global
     const int2 range = xe2rt_slice_range(octets, slice, K_SPLIT);
     const int o_begin = range.s0, o_end = range.s1;
     float sums[RPT];
-    if (K <= SEQ_K_MAX) {
+    if (short_rows) {
         /* Short rows: the RPT rows one after another, so that a work-item reads one contiguous span (its rows follow
-         * one another in memory) and x stays in L1. */
+         * one another in memory) and x stays in L1. Not unrolled over rows: the loop body is the whole row. */
+        __attribute__((opencl_unroll_hint(1)))
         for (int r = 0; r < RPT; ++r) {
-            float8 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            float8 a0 = 0.0f, a1 = 0.0f;
             int o = o_begin;
-            for (; o + 4 <= o_end; o += 4) {
+            for (; o + 2 <= o_end; o += 2) {
                 a0 = fma(vload_half8(o, w_rows[r]), vload_half8(o, x), a0);
                 a1 = fma(vload_half8(o + 1, w_rows[r]), vload_half8(o + 1, x), a1);
-                a2 = fma(vload_half8(o + 2, w_rows[r]), vload_half8(o + 2, x), a2);
-                a3 = fma(vload_half8(o + 3, w_rows[r]), vload_half8(o + 3, x), a3);
             }
-            for (; o < o_end; ++o)
+            if (o < o_end)
                 a0 = fma(vload_half8(o, w_rows[r]), vload_half8(o, x), a0);
-            const float8 a8 = (a0 + a1) + (a2 + a3);
+            const float8 a8 = a0 + a1;
             const float4 a4 = a8.lo + a8.hi;
             sums[r] = (a4.s0 + a4.s1) + (a4.s2 + a4.s3);
         }
@@ -216,6 +215,18 @@ __kernel void gemv_fp16(__global const half* x, __global const half* w, __global
             if (row0 + r < N)
                 vstore_half_rte(total, row0 + r, y);
         }
+}
+
+__kernel void gemv_fp16(__global const half* x, __global const half* w, __global half* y, int N, int K,
+                        __local float* partial)
+{
+    gemv_fp16_cpu(x, w, y, N, K, partial, false);
+}
+
+__kernel void gemv_fp16_short(__global const half* x, __global const half* w, __global half* y, int N, int K,
+                              __local float* partial)
+{
+    gemv_fp16_cpu(x, w, y, N, K, partial, true);
 }
 
 /* Batched: one work-item per (BR = BATCH_RPT(MB) rows, slice); per 16 k a weight vector per row, then per x row one

@@ -5,6 +5,7 @@ Geometry (seed 000, gemv_common.geometry): ceil(N / ROWS) work-groups of ROWS ro
 reduced in SLM.
   Xe2 targets: one SG-lane sub-group per (row, slice)   -> local size ROWS x K_SPLIT x SG
   cpu target:  one work-item per (RPT rows, slice)      -> local size ROWS / RPT x K_SPLIT
+               (M = 1 and K <= SEQ_K_MAX: kernel gemv_fp16_short, the rows read one after another)
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .common import program_for
 from .gemv_common import check_decode_inputs, geometry, kernel_name, launch_args, output
 
 OP = "gemv_fp16"
+SHORT_ROWS_KERNEL = "gemv_fp16_short"  # cpu, M = 1, K <= SEQ_K_MAX
 
 
 def run(x, w, *, out=None, target: str | None = None):
@@ -27,8 +29,11 @@ def run(x, w, *, out=None, target: str | None = None):
     if done:
         return y, None
     global_size, local_size, slm_floats = geometry(program.constants, program.target, n, m)
-    event = launch.launch(program.kernel(kernel_name(OP, m)), launch_args(m, [x, w, y], n, k, slm_floats),
-                          global_size, local_size, queue)
+    name = kernel_name(OP, m)
+    if m == 1 and k <= program.constants.get("SEQ_K_MAX", 0):
+        name = SHORT_ROWS_KERNEL
+    event = launch.launch(program.kernel(name), launch_args(m, [x, w, y], n, k, slm_floats), global_size, local_size,
+                          queue)
     return y, event
 
 
