@@ -19,7 +19,6 @@
  */
 #include "xe2rt.h"
 
-
 #define INLINE static inline __attribute__((always_inline))
 #define BATCH_PARAMS __global const half* x, __global const half* w, __global half* y, int N, int K, int M, \
                      __local float* partial

@@ -229,13 +229,13 @@ def test_views_passed_to_kernels_keep_nothing_alive(queue):
     returns to the pool."""
     import gc
     import weakref
-    from xe2rt import _compat, launch, pool
+    from xe2rt import _compat, launch
 
     rng = np.random.default_rng(3)
     dt = np.dtype(np.float16)
     w_host = rng.standard_normal((4, 8)).astype(np.float16)
     w = to_device(w_host, queue)
-    base = pool.new_output((16,), dt, queue)
+    base = launch.new_output((16,), dt, queue)
     base[:] = to_device(rng.standard_normal(16).astype(np.float16), queue)
     first_address = _compat.first_element_address(base.get_array())
     view = base[8:]
@@ -248,28 +248,28 @@ def test_views_passed_to_kernels_keep_nothing_alive(queue):
     launch.wait_all()
     gc.collect()
     assert ref() is None
-    again = pool.new_output((16,), dt, queue)
+    again = launch.new_output((16,), dt, queue)
     assert _compat.first_element_address(again.get_array()) == first_address
 
 
 def test_output_pool_recycles_only_unreachable_allocations(queue):
     """The pool's rule (xe2rt.pool): an allocation is handed out again once nothing can reach it; one still
     reachable through the array, a view, its usm_ndarray or its USM memory is not."""
-    from xe2rt import _compat, pool
+    from xe2rt import _compat, launch
 
     def address(a):
         return _compat.first_element_address(a.get_array())
 
     dt = np.dtype(np.float16)
-    first = pool.new_output((16,), dt, queue)
+    first = launch.new_output((16,), dt, queue)
     first_address = address(first)
     del first
-    again = pool.new_output((16,), dt, queue)
+    again = launch.new_output((16,), dt, queue)
     assert address(again) == first_address
     for hold in (lambda a: a, lambda a: a[2:], lambda a: a.get_array(), lambda a: a.get_array().usm_data):
         held, held_address = hold(again), address(again)
         del again
-        again = pool.new_output((16,), dt, queue)
+        again = launch.new_output((16,), dt, queue)
         assert address(again) != held_address, held
         del held
 

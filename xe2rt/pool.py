@@ -113,14 +113,12 @@ class OutputPool:
         self._lock = threading.Lock()
 
     def _free_list(self, nbytes: int, key: tuple):
+        """The free list of allocations of `key`, made on first use (dict.setdefault is atomic); None for sizes the
+        pool does not keep."""
         if nbytes > self.MAX_BYTES_EACH:
             return None
-        with self._lock:
-            return self._free.setdefault(key, collections.deque())
-
-    def array(self, shape: tuple, dtype, queue: dpctl.SyclQueue):
-        """A dpnp array of `shape` and `dtype` on `queue`, with uninitialised contents."""
-        return self.take(self.spec(shape, dtype, queue))
+        free = self._free.get(key)
+        return free if free is not None else self._free.setdefault(key, collections.deque())
 
     def spec(self, shape: tuple, dtype, queue: dpctl.SyclQueue) -> OutputSpec:
         """What `take` needs to hand out arrays of one shape, dtype and queue."""
@@ -171,39 +169,40 @@ class OutputPool:
 
     def take_group(self, spec: OutputSpec) -> tuple:
         """The arrays `spec` (from `group_spec`) describes, uninitialised, sharing one allocation and one handle."""
-        return self._take_group(spec)[0]
+        arrays = []
+        self._take_group(spec, arrays)
+        return tuple(arrays)
 
-    def _take_group(self, spec: OutputSpec, into: list | None = None) -> tuple:
-        """take_group's arrays (or None, having appended them to `into`), the handle, and the memory objects at the
-        later arrays (byte offset -> object)."""
+    def _take_group(self, spec: OutputSpec, into: list) -> tuple:
+        """Append take_group's arrays to `into`; return the handle and the memory objects at the later arrays (byte
+        offset -> object)."""
         free = spec.free
-        try:
-            base, parts = free.pop()
-        except (IndexError, AttributeError):  # none free, or too large to pool (no free list)
-            if free is None:
-                base = dpctl.memory.MemoryUSMDevice(spec.nbytes, queue=spec.queue)
-            else:
+        if free is None:  # too large to pool
+            base = dpctl.memory.MemoryUSMDevice(spec.nbytes, queue=spec.queue)
+            parts = None
+        else:
+            try:
+                base, parts = free.pop()
+            except IndexError:  # none free (another thread may have taken the last one: pop, not a test first)
                 base, free = self._allocate(spec)
+                parts = None
+        if parts is None:  # a new allocation: the memory objects at its later outputs, made once
             start = base.__sycl_usm_array_interface__["data"][0]
             parts = {offset: memory_inside(base, start + offset, offset, spec.queue) for offset in spec.later}
         memory = _PooledGroupMemory(base)
         memory._base = base
         memory._home = free
         memory._parts = parts
-        if into is not None:
-            for shape, typestr, _, element_offset in spec.layout:
-                into.append(_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset)))
-            return None, memory, parts
-        arrays = tuple([_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset))
-                        for shape, typestr, _, element_offset in spec.layout])
-        return arrays, memory, parts
+        for shape, typestr, _, element_offset in spec.layout:
+            into.append(_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset)))
+        return memory, parts
 
     def take_into(self, spec: OutputSpec, arrays: list, memories: list) -> None:
         """Append the array(s) `spec` (a `spec()` or a `group_spec()`) describes to `arrays`, and to `memories` the
         memory object a kernel argument passes for each (what xe2rt.launch.memory_at returns for it): a warm call's
         replay packs these without asking each array for them."""
         if spec.layout is not None:
-            _, memory, parts = self._take_group(spec, arrays)
+            memory, parts = self._take_group(spec, arrays)
             memories.append(memory)
             for offset in spec.later:
                 memories.append(parts[offset])
@@ -233,7 +232,3 @@ _wrap = _compat.wrap_usm_ndarray
 
 
 pool = OutputPool()
-
-
-def new_output(shape: tuple, dtype, queue: dpctl.SyclQueue):
-    return pool.array(tuple(shape), dtype, queue)
