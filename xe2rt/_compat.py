@@ -124,9 +124,9 @@ else:
     _LaunchState = None
 
 
-def submit_ordered(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_size: list, local_size: list,
-                   in_order: bool) -> dpctl.SyclEvent:
-    """Submit after everything dpnp's order manager holds for `queue` and register the event with it.
+def submit_ordered(launch, args, in_order: bool) -> dpctl.SyclEvent:
+    """Submit `launch` (an xe2rt._capi.Launch; `args`: its argument array, or None for the one it holds) after
+    everything dpnp's order manager holds for its queue and register the event with it.
 
     The launch depends on all events the manager holds, so they are all its ancestors: with the pinned dpctl the
     manager is left holding this event alone (plus its host-task events, which only `wait` uses), and the next
@@ -134,20 +134,19 @@ def submit_ordered(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_siz
     orders, so the launch takes no dependencies. While xe2rt's launches follow one another with nothing else
     submitted in between, the state stays one `_LaunchState` whose `latest` each launch depends on and replaces:
     no status queries, no C++ list updates, no new state per launch."""
-    manager = _MANAGERS[queue]
+    manager = _MANAGERS[launch.queue]
     if _OrderState is None:
-        event = queue.submit_async(sycl_kernel, packed, global_size, local_size,
-                                   [] if in_order else manager.submitted_events)
+        event = launch.submit(() if in_order else manager.submitted_events, args)
         manager.add_event_pair(event, event)
         return event
     state = manager._state
     if type(state) is _LaunchState and not state.foreign:
-        event = queue.submit_async(sycl_kernel, packed, global_size, local_size, [] if in_order else [state.latest])
+        event = launch.submit(() if in_order else (state.latest,), args)
         state.latest = event
         state.flushed = False
         return event
     deps = state.get_submitted_events()  # completed events pruned (a _LaunchState adds its latest first)
-    event = queue.submit_async(sycl_kernel, packed, global_size, local_size, [] if in_order else deps)
+    event = launch.submit(() if in_order else deps, args)
     fresh = _LaunchState(MANAGER_PRUNE_THRESHOLD)
     host_tasks = state.get_host_task_events()
     if host_tasks:

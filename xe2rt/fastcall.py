@@ -73,14 +73,14 @@ def _flatten(value, facts: list, arrays: list, hits: list) -> bool:
     if kind is _DPNP_ARRAY:  # the facts' id alone (an int; every other kind of value starts with a type or a name)
         u = value.get_array()
         hit = facts_of(u)
-        facts.append(hit[5])
+        facts.append(hit[4])
         arrays.append((value, u))
         hits.append(hit)
         return True
     if kind is dpt.usm_ndarray:
         hit = facts_of(value)
         facts.append(kind)
-        facts.append(hit[5])
+        facts.append(hit[4])
         arrays.append((value, value))
         hits.append(hit)
         return True
@@ -145,12 +145,10 @@ def _analyse(recorder: launch.Recorder, result, n_out_args: int, in_place: tuple
     fresh = [spec for _, spec, part in recorder.outputs if not part]
     launches = []
     for step in recorder.steps:
-        # the packed arguments with the constants in place, and where this call's arrays and fresh outputs go
-        template = [what if kind == "const" else None for kind, what in step.slots]
+        # where this call's arrays and fresh outputs go (the constants stay in place in step.raw's arguments)
         ins = tuple((pos, what) for pos, (kind, what) in enumerate(step.slots) if kind == "in")
         news = tuple((pos, what) for pos, (kind, what) in enumerate(step.slots) if kind == "new")
-        launches.append((step.queue, step.sycl_kernel, step.global_size, step.local_size, step.in_order, template,
-                         ins, news))
+        launches.append((step.raw, step.in_order, ins, news))
     n_inputs = len(recorder.inputs)
     out_arrays = list(in_place) + list(range(n_inputs - n_out_args, n_inputs))
     nbytes = [u.size * u.itemsize for _, u in recorder.inputs]
@@ -172,17 +170,17 @@ def _overlapping(entry: _Entry, hits: list) -> bool:
 
 
 def _replay(entry: _Entry, arrays: list, hits: list):
-    new, memories = [], []
-    for spec in entry.fresh:  # fresh outputs, and the memory object each is passed as
-        _take_into(spec, new, memories)
+    new, addresses = [], []
+    for spec in entry.fresh:  # fresh outputs, and the address each is passed as
+        _take_into(spec, new, addresses)
     keep = (arrays, new)  # held until the kernels complete (launch._record)
-    for queue, sycl_kernel, global_size, local_size, in_order, template, ins, news in entry.launches:
-        packed = template.copy()
+    for raw, in_order, ins, news in entry.launches:
+        packed = raw.copy_args()
         for pos, what in ins:
-            packed[pos] = hits[what][4]  # facts_of's memory object (a view's is made once, at its first element)
+            packed[pos] = hits[what][3]  # facts_of's first-element address
         for pos, what in news:
-            packed[pos] = memories[what]
-        _ordered_submit(queue, sycl_kernel, packed, global_size, local_size, keep, in_order)
+            packed[pos] = addresses[what]
+        _ordered_submit(raw, keep, in_order, packed)
     is_tuple, slots = entry.result
     if not is_tuple:
         kind, what = slots[0]
@@ -233,7 +231,7 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
                 hit = _array_facts.get(id(u))  # facts_of's fast path, inline
                 if hit is None or hit[1] != u.shape or hit[0]() is not u:
                     hit = facts_of(u)
-                facts.append(hit[5])
+                facts.append(hit[4])
                 arrays.append((value, u))
                 hits.append(hit)
             elif kind in _SCALAR_TYPES:
@@ -265,7 +263,7 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
                         hit = _array_facts.get(id(u))
                         if hit is None or hit[1] != u.shape or hit[0]() is not u:
                             hit = facts_of(u)
-                        facts.append(hit[5])
+                        facts.append(hit[4])
                         arrays.append((value, u))
                         hits.append(hit)
                 elif not _flatten(out, facts, arrays, hits):

@@ -36,7 +36,7 @@ import dpctl.memory
 import dpnp
 import numpy as np
 
-from . import _compat, pool, validate
+from . import _capi, _compat, pool, validate
 from .errors import InputError, InputTypeError, LaunchLimitError
 
 _CL_DTYPES = {"half": np.float16, "float": np.float32, "double": np.float64, "char": np.int8, "uchar": np.uint8,
@@ -50,6 +50,7 @@ _CL_CTYPES = {"half": ctypes.c_uint16, "float": ctypes.c_float, "double": ctypes
 _LOCAL_ACCESSOR_CODES = {"half": "u2", "float": "f4", "double": "f8", "char": "i1", "uchar": "u1", "short": "i2",
                          "ushort": "u2", "int": "i4", "uint": "u4", "long": "i8", "ulong": "u8"}
 _COMPLETE = dpctl.event_status_type.complete
+_addressof = ctypes.addressof
 _DPNP_ARRAY = dpnp.ndarray
 # Records (of RETIRE_EVERY launches each, see _record) held at once, i.e. 4096 launches; past this the oldest is
 # waited for (a bound on memory, far above the depth any pipeline needs to keep a device busy).
@@ -71,8 +72,7 @@ def as_tuple(size) -> tuple[int, ...]:
 
 ALIGNMENT = 64  # base-address residue kept in a warm call's key: the strictest alignment any kernel choice depends on
 # Per usm_ndarray alive: (weak reference, shape, its facts (dtype, shape, C-contiguous, queue id, address residue),
-# first-byte address, the memory object a launch passes for it (memory_at: a view's is made at its first element), the
-# facts' id (_fact_ids: what a warm call's key holds, xe2rt.fastcall)). A usm_ndarray's dtype, queue, data pointer and
+# first-byte address (what a launch passes for it), the facts' id (_fact_ids: what a warm call's key holds, xe2rt.fastcall)). A usm_ndarray's dtype, queue, data pointer and
 # offset never change; its shape (and with it its strides) can, in place (the shape setter), so an entry is used only
 # while the shape is the one it was made with. Entries leave with their array (the weak reference's callback). marshal
 # reads them too: a launch on arrays whose facts pass the signature's checks skips re-reading them.
@@ -97,14 +97,13 @@ def facts_of(u) -> tuple:
     if hit is not None and hit[1] == shape and hit[0]() is u:
         return hit
     address = _compat.first_element_address(u)
-    memory = memory_at(u, address)
     facts = (u.dtype, shape, u.flags.c_contiguous, id(u.sycl_queue), address % ALIGNMENT)
     fact_id = _fact_ids.get(facts)
     if fact_id is None:
         if len(_fact_ids) >= MAX_FACT_IDS:
             _fact_ids.clear()  # ids are never reused: new ids for old facts miss cache entries, never hit wrong ones
         fact_id = _fact_ids.setdefault(facts, next(_fact_counter))
-    hit = (weakref.ref(u, functools.partial(_forget, id(u))), shape, facts, address, memory, fact_id)
+    hit = (weakref.ref(u, functools.partial(_forget, id(u))), shape, facts, address, fact_id)
     array_facts[id(u)] = hit
     return hit
 
@@ -172,7 +171,7 @@ def _param_specs(kernel) -> list[tuple]:
 
 
 def _vector_value(spec: tuple, value):
-    """A vector by value as dpctl.RawKernelArg: each lane converted exactly as a scalar parameter of the element type
+    """A vector by value, passed as its bytes (_capi.RawArg): each lane converted exactly as a scalar parameter of the element type
     converts its value (_scalar: integers in range, reals rounded as a C cast, finite values staying finite), a 3-lane
     vector padded to 4."""
     _, where, cl_type, lanes, stored, scalar_spec = spec
@@ -190,12 +189,10 @@ def _vector_value(spec: tuple, value):
         lane = (scalar_spec[0], f"{where} lane {i}", *scalar_spec[2:])
         packed += bytes(_scalar(lane, item))
     packed += bytes(len(packed) // lanes * (stored - lanes))
-    raw = getattr(dpctl, "RawKernelArg", None)
-    if raw is None or not raw.is_available():
-        raise InputTypeError(f"{where}: a vector by value needs dpctl.RawKernelArg (the DPC++ raw_kernel_arg "
-                             f"extension), which this dpctl {dpctl.__version__} build lacks; pass the vector through "
-                             f"a __global pointer instead")
-    return raw(np.frombuffer(bytes(packed), np.uint8))
+    if not _capi.raw_args_available():
+        raise InputTypeError(f"{where}: a vector by value needs the DPC++ raw_kernel_arg extension, which this dpctl "
+                             f"{dpctl.__version__} build lacks; pass the vector through a __global pointer instead")
+    return _capi.RawArg(bytes(packed))
 
 
 _specs_cache: dict = {}
@@ -208,8 +205,8 @@ def _specs(kernel) -> list[tuple]:
     return cached
 
 
-def _usm_memory(value, where: str, cl_type: str, expected: np.dtype, queue: dpctl.SyclQueue, unsigned=None):
-    """The USM memory object to pass for a device array, after the checks the signature implies."""
+def _usm_address(value, where: str, cl_type: str, expected: np.dtype, queue: dpctl.SyclQueue, unsigned=None):
+    """The address to pass for a device array (its first element's), after the checks the signature implies."""
     array = validate.usm_view(value)
     if array is None:
         raise InputTypeError(f"{where}: declared {cl_type}* needs a device array (dpnp) of {expected}, got "
@@ -222,31 +219,16 @@ def _usm_memory(value, where: str, cl_type: str, expected: np.dtype, queue: dpct
     if array.sycl_queue is not queue and array.sycl_queue != queue:
         raise InputError(f"{where}: lives on another queue than the launch queue ({array.sycl_device.name!r}); "
                          f"all arrays of a launch share its queue: dpnp.asarray(a, sycl_queue=queue)")
-    return usm_memory(array)
-
-
-def usm_memory(u):
-    """What a kernel argument of usm_ndarray `u` is passed as: the allocation's own memory object when `u` starts at
-    it, a memory object at its first element for a view that starts inside it (made once per view, facts_of)."""
-    return facts_of(u)[4]
+    return facts_of(array)[3]
 
 
 def memory_at(u, address: int | None = None):
-    """A dpctl memory object at usm_ndarray `u`'s first element (`address`, if known): the allocation's own when `u`
-    starts at it; the one the output pool made for it when `u` is a later output of a group (pool.take_group); else
-    view_memory's. facts_of keeps the result per array; one-off views (a memcpy source) call this directly."""
+    """A dpctl memory object at usm_ndarray `u`'s first element (`address`, if known), for dpctl calls that take one
+    (queue.memcpy_async): the allocation's own when `u` starts at it, else view_memory's."""
     offset = _compat.element_offset(u)
     if offset == 0:
         return u.usm_data
-    allocation = u.usm_data
-    if type(allocation) is _GROUP_MEMORY:
-        memory = allocation._parts.get(offset * u.itemsize)
-        if memory is not None:
-            return memory
     return view_memory(u, _compat.first_element_address(u) if address is None else address, offset)
-
-
-_GROUP_MEMORY = pool._PooledGroupMemory
 
 
 def view_memory(u, address: int, offset: int):
@@ -309,9 +291,9 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
                 hit = facts_of(value.get_array())
                 facts = hit[2]
                 if facts[2] and facts[3] == id(queue) and facts[0] == spec[3]:
-                    out.append(hit[4])
+                    out.append(hit[3])
                     continue
-            out.append(_usm_memory(value, spec[1], spec[2], spec[3], queue, spec[4]))
+            out.append(_usm_address(value, spec[1], spec[2], spec[3], queue, spec[4]))
         elif kind == "l":
             if type(value) is not LocalMemory:
                 raise InputTypeError(f"{spec[1]}: declared __local {spec[4]}* takes xe2rt.LocalMemory(nbytes), got "
@@ -320,16 +302,15 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
             if nbytes % spec[3]:
                 raise InputError(f"{spec[1]}: LocalMemory({nbytes}) is not a whole number of {spec[4]} "
                                  f"({spec[3]} bytes each)")
-            out.append(dpctl.LocalAccessor(spec[2], (nbytes // spec[5],)))
+            out.append(_capi.LocalArg(spec[2], nbytes // spec[5]))
             slm_bytes += nbytes
         elif kind == "v":
-            memory = _usm_memory(value, spec[1], spec[2], spec[3], queue, spec[4])
-            address = _compat.first_element_address(validate.usm_view(value))
+            address = _usm_address(value, spec[1], spec[2], spec[3], queue, spec[4])
             if address % spec[5]:
                 raise InputError(f"{spec[1]}: declared {spec[2]}* needs its first element aligned to {spec[5]} "
                                  f"bytes (the vector's size); this array starts at {address % spec[5]} bytes past "
                                  f"such a boundary (a view at an offset that is not a whole number of {spec[2]})")
-            out.append(memory)
+            out.append(address)
         elif kind == "sv":
             out.append(_vector_value(spec, value))
         elif type(value) is int and spec[4] is not None and spec[4][0] <= value <= spec[4][1]:
@@ -446,18 +427,19 @@ def _retire_completed() -> None:
         _in_flight.popleft()[0].wait()
 
 
-def ordered_submit(queue: dpctl.SyclQueue, sycl_kernel, packed: list, global_size: list, local_size: list,
-                   keep: tuple, in_order: bool) -> dpctl.SyclEvent:
-    """Submit after the queue's outstanding dpnp/xe2rt work, register the event with dpnp's order manager
-    (_compat.submit_ordered) and hold `keep` until the kernel completes."""
+def ordered_submit(raw: _capi.Launch, keep: tuple, in_order: bool, args=None) -> dpctl.SyclEvent:
+    """Submit a packed launch (`args`: a copy of its argument array with this call's arrays, or None) after the
+    queue's outstanding dpnp/xe2rt work, register the event with dpnp's order manager (_compat.submit_ordered) and
+    hold `keep` until the kernel completes."""
     with _lock:
         try:
-            event = _compat.submit_ordered(queue, sycl_kernel, packed, global_size, local_size, in_order)
-        except dpctl.SyclKernelSubmitError as exc:  # e.g. a range the runtime cannot index, past every check here
-            raise LaunchLimitError(f"kernel {sycl_kernel.get_function_name()}: the SYCL runtime refused the launch "
-                                   f"(global {tuple(reversed(global_size))}, local {tuple(reversed(local_size))}): "
-                                   f"{exc}; nothing was queued") from exc
-        _record(queue, event, keep)
+            event = _compat.submit_ordered(raw, args, in_order)
+        except _capi.SubmitError as exc:  # e.g. a range the runtime cannot index, past every check here
+            ranges = list(raw.ranges)
+            raise LaunchLimitError(f"kernel {raw.sycl_kernel.get_function_name()}: the SYCL runtime refused the "
+                                   f"launch (global {tuple(reversed(ranges[:raw.nd]))}, local "
+                                   f"{tuple(reversed(ranges[3:3 + raw.nd]))}); nothing was queued") from exc
+        _record(raw.queue, event, keep)
     return event
 
 
@@ -477,20 +459,20 @@ class Submission:
     """One checked and packed launch, ready to submit any number of times (xe2rt.bind). While recording, `slots`
     says per packed argument where it came from: ("in", i) the recorder's input i, ("new", j) the op's output j,
     ("const", packed) a scalar or local buffer, None a temporary of the op."""
-    __slots__ = ("queue", "sycl_kernel", "packed", "global_size", "local_size", "keep", "in_order", "slots")
+    __slots__ = ("queue", "sycl_kernel", "packed", "global_size", "local_size", "keep", "in_order", "slots", "raw")
 
     def __init__(self, queue, sycl_kernel, packed, global_size, local_size, keep, slots=None):
         self.queue, self.sycl_kernel, self.packed = queue, sycl_kernel, packed
         self.global_size, self.local_size, self.keep, self.slots = global_size, local_size, keep, slots
         self.in_order = _limits(queue)[4]
+        self.raw = _capi.Launch(queue, sycl_kernel, packed, global_size, local_size)
 
     def submit(self) -> dpctl.SyclEvent:
-        return ordered_submit(*self.arguments())
+        return ordered_submit(self.raw, self.keep, self.in_order)
 
     def arguments(self) -> tuple:
         """ordered_submit's arguments, for callers that submit the same launch many times (plans)."""
-        return (self.queue, self.sycl_kernel, self.packed, self.global_size, self.local_size, self.keep,
-                self.in_order)
+        return (self.raw, self.keep, self.in_order)
 
 
 _resident: dict = {}  # id -> array: device constants ops keep for good (held here, so the ids stay theirs)
@@ -672,7 +654,7 @@ def warm_key(kernel, args: tuple, global_size, local_size, queue):
         kind = type(value)
         if kind is _DPNP_ARRAY:
             hit = facts_of(value.get_array())
-            facts.append(hit[5])
+            facts.append(hit[4])
             hits.append(hit)
         elif kind is int or kind is float:
             facts.append(kind)
@@ -691,20 +673,27 @@ def warm_launch(key, args: tuple, hits: list) -> dpctl.SyclEvent | None:
     entry = _warm_calls.get(key)
     if entry is None:
         return None
-    queue, sycl_kernel, global_size, local_size, in_order, template, arrays, ints, reals, others, _ = entry
-    packed = template.copy()
+    raw, in_order, arrays, ints, reals, others, _ = entry
+    packed = raw.copy_args()
+    scalars = []  # this call's scalar values, alive until submitted (the argument array points at them)
     for pos in arrays:
-        packed[pos] = hits[pos][4]
+        packed[pos] = hits[pos][3]
     for pos, ctype, low, high in ints:
         value = args[pos]
         if not low <= value <= high:
             return None
-        packed[pos] = ctype(value)
+        scalar = ctype(value)
+        scalars.append(scalar)
+        packed[pos] = _addressof(scalar)
     for pos, spec in reals:
-        packed[pos] = _real(spec[1], spec[2], spec[3], args[pos])
+        scalar = _real(spec[1], spec[2], spec[3], args[pos])
+        scalars.append(scalar)
+        packed[pos] = _addressof(scalar)
     for pos, spec in others:  # e.g. an int for a float parameter
-        packed[pos] = _scalar(spec, args[pos])
-    return ordered_submit(queue, sycl_kernel, packed, global_size, local_size, args, in_order)
+        scalar = _scalar(spec, args[pos])
+        scalars.append(scalar)
+        packed[pos] = _addressof(scalar)
+    return ordered_submit(raw, args, in_order, packed)
 
 
 def remember_warm(key, kernel, args: tuple, submission: Submission) -> None:
@@ -712,7 +701,7 @@ def remember_warm(key, kernel, args: tuple, submission: Submission) -> None:
     specs = _specs(kernel)
     if any(spec[0] == "v" and ALIGNMENT % spec[5] for spec in specs):
         return  # the key's address residue (mod ALIGNMENT) does not decide this vector's alignment
-    template, arrays, ints, reals, others = list(submission.packed), [], [], [], []
+    arrays, ints, reals, others = [], [], [], []
     for pos, (spec, value) in enumerate(zip(specs, args)):
         kind = type(value)
         if kind is _DPNP_ARRAY:
@@ -723,16 +712,14 @@ def remember_warm(key, kernel, args: tuple, submission: Submission) -> None:
             reals.append((pos, spec))
         elif kind is int or kind is float:
             others.append((pos, spec))
-        else:
-            continue  # LocalMemory: its packed accessor is reused
-        template[pos] = None
+        # else LocalMemory: its packed descriptor is reused
     if len(_warm_calls) >= MAX_WARM_CALLS:
         _warm_calls.clear()
     # the entry holds every array's queue, not only the launch queue: the key names them by id (an array may live on
     # another SyclQueue object equal to the launch queue), and no id may be reused while the entry exists
     queues = distinct_queues(args[pos].get_array().sycl_queue for pos in arrays)
-    _warm_calls[key] = (submission.queue, submission.sycl_kernel, submission.global_size, submission.local_size,
-                        submission.in_order, template, tuple(arrays), tuple(ints), tuple(reals), tuple(others), queues)
+    _warm_calls[key] = (submission.raw, submission.in_order, tuple(arrays), tuple(ints), tuple(reals), tuple(others),
+                        queues)
 
 
 def clear() -> None:

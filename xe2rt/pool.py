@@ -12,7 +12,7 @@ whose order manager orders the next writer after everything queued before. An op
 output at an aligned offset in it, back to the pool when nothing reaches any of them. The later outputs of a group
 are therefore arrays that start inside their allocation, as views do: `usm_data` is the allocation, and raw-pointer
 code must take the offset into account (`__sycl_usm_array_interface__`, `dpctl.memory.as_usm_memory(array)`, or
-`xe2rt.launch.memory_at`), as it must for any view.
+`xe2rt.launch.memory_at`), as it must for any view. A launch passes an array as its first element's address.
 
 One way around that rule exists and is not detected: dpctl's memory copy constructor,
 `dpctl.memory.MemoryUSMDevice(out.get_array().usm_data)`, makes an object that shares the allocation without
@@ -34,29 +34,16 @@ from . import _compat
 
 
 class _PooledMemory(dpctl.memory.MemoryUSMDevice):
-    """A handle on a pooled allocation (`_base`, the pool's own memory object; dpctl's copy shares the allocation).
-    When the handle is collected, nothing can reach the allocation any more: `__del__` puts it back on its free list
-    (`_home`). No weak reference or closure per hand-out: a handle costs its construction and two attributes."""
-    __slots__ = ("_home", "_base")
+    """A handle on a pooled allocation (`_base`, the pool's own memory object, at `_address`; dpctl's copy shares the
+    allocation). When the handle is collected, nothing can reach the allocation any more: `__del__` puts it back on
+    its free list (`_home`). No weak reference or closure per hand-out: a handle costs its construction and three
+    attributes. A group's outputs (softmax_topk's values and indices) share one handle: one return to the pool."""
+    __slots__ = ("_home", "_base", "_address")
 
     def __del__(self):
         home = getattr(self, "_home", None)
         if home is not None:
-            home.append(self._base)
-
-
-class _PooledGroupMemory(_PooledMemory):
-    """A handle on a pooled allocation that holds several outputs of one call (softmax_topk's values and indices):
-    one handle, one return to the pool, instead of one per output. `_parts` maps the byte offset of each later
-    output to a memory object at its first byte (made once per allocation, referring to the pool's own memory
-    object, not to the handle): what a launch passes for that output (xe2rt.launch.memory_at). The free list keeps
-    the allocation with its parts."""
-    __slots__ = ("_parts",)
-
-    def __del__(self):
-        home = getattr(self, "_home", None)
-        if home is not None:
-            home.append((self._base, self._parts))
+            home.append((self._base, self._address))
 
 
 GROUP_ALIGNMENT = 128  # bytes between the start of the allocation and each output of a group, rounded up to this
@@ -92,13 +79,12 @@ class OutputSpec:
     numpy dtype) and element offset in the allocation; the allocation's byte size; the queue; and the free list of
     such allocations itself (None when they are too large to keep), so that a hand-out looks nothing up.
     `layout` is None for a single output; for a group, one (shape, type string, byte offset, element offset) per
-    output, and `later` the byte offsets of the outputs after the first."""
-    __slots__ = ("shape", "typestr", "nbytes", "queue", "free", "layout", "later")
+    output."""
+    __slots__ = ("shape", "typestr", "nbytes", "queue", "free", "layout")
 
     def __init__(self, shape, typestr, nbytes, queue, free, layout=None):
         self.shape, self.typestr, self.nbytes, self.queue, self.free = shape, typestr, nbytes, queue, free
         self.layout = layout
-        self.later = tuple(offset for _, _, offset, _ in layout[1:]) if layout else ()
 
 
 class OutputPool:
@@ -131,30 +117,34 @@ class OutputPool:
         return self._take(spec)[0]
 
     def _allocate(self, spec: OutputSpec):
-        """A new allocation for `spec`, and the free list it returns to (None: not pooled, past MAX_TOTAL)."""
+        """A new allocation for `spec`, its address, and the free list it returns to (None: not pooled, too large
+        or past MAX_TOTAL)."""
         base = dpctl.memory.MemoryUSMDevice(spec.nbytes, queue=spec.queue)
+        address = base.__sycl_usm_array_interface__["data"][0]
+        if spec.free is None:
+            return base, address, None
         with self._lock:
             if self._total + spec.nbytes > self.MAX_TOTAL:
-                return base, None
+                return base, address, None
             self._total += spec.nbytes
-        return base, spec.free
+        return base, address, spec.free
 
     def _take(self, spec: OutputSpec) -> tuple:
-        """take's array, and the memory object under it."""
-        free = spec.free
-        if free is None:  # too large to pool
-            memory = dpctl.memory.MemoryUSMDevice(spec.nbytes, queue=spec.queue)
-            return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, memory)), memory
-        try:
-            base = free.pop()
-        except IndexError:  # none free (another thread may have taken the last one: pop, not a test first)
-            base, free = self._allocate(spec)
+        """take's array, and its address."""
+        base = None
+        if spec.free is not None:
+            try:
+                base, address = spec.free.pop()
+                free = spec.free
+            except IndexError:  # none free (pop, not a test first: another thread may have taken the last one)
+                pass
+        if base is None:
+            base, address, free = self._allocate(spec)
             if free is None:
-                return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, base)), base
+                return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, base)), address
         memory = _PooledMemory(base)
-        memory._base = base
-        memory._home = free
-        return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, memory)), memory
+        memory._base, memory._address, memory._home = base, address, free
+        return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, memory)), address
 
     def group_spec(self, parts, queue: dpctl.SyclQueue) -> OutputSpec:
         """What `take_group` needs to hand out one array per (shape, dtype) of `parts`, all in one allocation (each
@@ -173,43 +163,38 @@ class OutputPool:
         self._take_group(spec, arrays)
         return tuple(arrays)
 
-    def _take_group(self, spec: OutputSpec, into: list) -> tuple:
-        """Append take_group's arrays to `into`; return the handle and the memory objects at the later arrays (byte
-        offset -> object)."""
-        free = spec.free
-        if free is None:  # too large to pool
-            base = dpctl.memory.MemoryUSMDevice(spec.nbytes, queue=spec.queue)
-            parts = None
-        else:
+    def _take_group(self, spec: OutputSpec, into: list) -> int:
+        """Append take_group's arrays to `into`; return the allocation's address."""
+        base = None
+        if spec.free is not None:
             try:
-                base, parts = free.pop()
-            except IndexError:  # none free (another thread may have taken the last one: pop, not a test first)
-                base, free = self._allocate(spec)
-                parts = None
-        if parts is None:  # a new allocation: the memory objects at its later outputs, made once
-            start = base.__sycl_usm_array_interface__["data"][0]
-            parts = {offset: memory_inside(base, start + offset, offset, spec.queue) for offset in spec.later}
-        memory = _PooledGroupMemory(base)
-        memory._base = base
-        memory._home = free
-        memory._parts = parts
+                base, address = spec.free.pop()
+                free = spec.free
+            except IndexError:  # none free, as in _take
+                pass
+        if base is None:
+            base, address, free = self._allocate(spec)
+        if free is None:
+            memory = base
+        else:
+            memory = _PooledMemory(base)
+            memory._base, memory._address, memory._home = base, address, free
         for shape, typestr, _, element_offset in spec.layout:
             into.append(_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset)))
-        return memory, parts
+        return address
 
-    def take_into(self, spec: OutputSpec, arrays: list, memories: list) -> None:
-        """Append the array(s) `spec` (a `spec()` or a `group_spec()`) describes to `arrays`, and to `memories` the
-        memory object a kernel argument passes for each (what xe2rt.launch.memory_at returns for it): a warm call's
-        replay packs these without asking each array for them."""
+    def take_into(self, spec: OutputSpec, arrays: list, addresses: list) -> None:
+        """Append the array(s) `spec` (a `spec()` or a `group_spec()`) describes to `arrays`, and each one's
+        first-element address to `addresses` (what a launch passes for it): a warm call's replay packs these without
+        asking each array for them."""
         if spec.layout is not None:
-            memory, parts = self._take_group(spec, arrays)
-            memories.append(memory)
-            for offset in spec.later:
-                memories.append(parts[offset])
+            address = self._take_group(spec, arrays)
+            for _, _, offset, _ in spec.layout:
+                addresses.append(address + offset)
         else:
-            array, memory = self._take(spec)
+            array, address = self._take(spec)
             arrays.append(array)
-            memories.append(memory)
+            addresses.append(address)
 
     def free_count(self) -> int:
         return sum(len(d) for d in self._free.values())

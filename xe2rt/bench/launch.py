@@ -1,6 +1,8 @@
 """Launch-cost rows (`--families launch`): what an op costs the host per call, against the SYCL floor.
 
 - floor: `queue.submit_async` of the op's own kernel with arguments packed beforehand (no checks, no ordering);
+- C API: the same launch through dpctl's C function `DPCTLQueue_SubmitNDRange` with its argument arrays made
+  beforehand, as xe2rt submits every launch (xe2rt._capi), still without checks or ordering;
 - dpnp: one dpnp elementwise op on the same sizes (what every other step of a pipeline costs);
 - op / op out= / bind: the public op (allocating its output, or writing `out=`), and a Plan from xe2rt.bind;
 - a user kernel (an fp16 axpy from Module.from_source, i.e. xe2rt.load on its cached build folder): floor, the
@@ -22,12 +24,13 @@ import subprocess
 import sys
 import time
 
+import dpctl
 import dpnp
 import numpy as np
 
 import xe2rt
 
-from .. import launch
+from .. import _capi, launch, validate
 from ..ops import gemv_fp16 as gemv_fp16_op
 from ..ops import gemv_w4a16 as gemv_w4a16_op
 from .harness import BenchContext, Result
@@ -56,14 +59,28 @@ def _timed_bursts(ctx: BenchContext, methods: dict, rounds: int) -> dict:
     return {name: (statistics.median(walls[name]), statistics.median(cpus[name])) for name in methods}
 
 
-def _floor_call(op, *args, **kwargs):
-    """A raw submit_async of the kernel `op(*args, **kwargs)` launches, its arguments packed once."""
+def _dpctl_argument(item, arg):
+    """What dpctl's submit_async takes for one packed argument (xe2rt packs an array as its address)."""
+    if type(item) is int:
+        return launch.memory_at(validate.usm_view(arg))
+    if type(item) is _capi.LocalArg:
+        return dpctl.LocalAccessor(item.code, (item.count,))
+    if type(item) is _capi.RawArg:
+        data = bytes(item)
+        return dpctl.RawKernelArg(len(data), np.frombuffer(data, np.uint8))
+    return item  # a ctypes scalar
+
+
+def _floor_calls(op, *args, **kwargs):
+    """(dpctl's submit_async, dpctl's C API as xe2rt calls it) of the kernel `op(*args, **kwargs)` launches, each
+    with its arguments packed once: no checks, no ordering, no argument records."""
     with launch.recording() as recorder:
         op(*args, **kwargs)
     (step,) = [s for s in recorder.steps if isinstance(s, launch.Submission)]
-    queue, kernel, packed, gs, ls = step.queue, step.sycl_kernel, step.packed, step.global_size, step.local_size
-    held = step.keep  # the arrays stay alive while this closure does
-    return lambda: (queue.submit_async(kernel, packed, gs, ls), held)
+    queue, kernel, gs, ls, raw = step.queue, step.sycl_kernel, step.global_size, step.local_size, step.raw
+    packed = [_dpctl_argument(item, arg) for item, arg in zip(step.packed, step.keep)]
+    held = step.keep  # the arrays stay alive while these closures do
+    return lambda: (queue.submit_async(kernel, packed, gs, ls), held), lambda: (raw.submit(), held)
 
 
 def _per_call_cases(ctx: BenchContext, rounds: int) -> list[Result]:
@@ -83,8 +100,10 @@ def _per_call_cases(ctx: BenchContext, rounds: int) -> list[Result]:
     results = []
     for case, op, args, kwargs, out, dpnp_op in cases:
         ctx.say(f"  launch cost: {case}")
+        floor, c_api = _floor_calls(op, *args, **kwargs)
         methods = {
-            "floor": _floor_call(op, *args, **kwargs),
+            "floor": floor,
+            "C API": c_api,
             "dpnp": dpnp_op,
             "op": lambda: op(*args, **kwargs),
             "op out=": lambda: op(*args, **kwargs, out=out),
@@ -116,8 +135,10 @@ def _user_kernel_case(ctx: BenchContext, rounds: int) -> list[Result]:
     x = dpnp.ones(256, dtype=np.float16, sycl_queue=ctx.queue)
     y = dpnp.zeros(256, dtype=np.float16, sycl_queue=ctx.queue)
     args, sizes = (y, x, 0.5, 256), dict(global_size=256, local_size=64)
+    floor, c_api = _floor_calls(kernel, *args, **sizes)
     methods = {
-        "floor": _floor_call(kernel, *args, **sizes),
+        "floor": floor,
+        "C API": c_api,
         "op": lambda: kernel(*args, **sizes),
         "bind": xe2rt.bind(kernel, *args, **sizes),
     }

@@ -419,10 +419,12 @@ class DecoderLM:
                     import xe2rt
                     rows = xe2rt.bind(xe2rt.topk, self._logit_buf.reshape(self._arg_rows, ARG_ROW), 1)
                     top = xe2rt.bind(xe2rt.topk, rows.result[0].reshape(1, self._arg_rows), 1)
-                    self._argmax = (rows, top)
-                rows, top = self._argmax
-                _, idx = rows()
-                _, row = top()
+                    # the memory objects the readback copies from (the plans return the same arrays every call)
+                    self._argmax = (rows, top, launch.memory_at(rows.result[1].get_array()),
+                                    launch.memory_at(top.result[1].get_array()))
+                rows, top, idx_memory, row_memory = self._argmax
+                rows()
+                top()
                 self._t("argmax")
                 # both index arrays in one wait, by queue.memcpy_async into fixed host arrays: about 15 us against
                 # about 50 us per dpnp.asnumpy, and time the device idles
@@ -430,8 +432,8 @@ class DecoderLM:
                 deps = [] if q.is_in_order else dpctl.utils.SequentialOrderManager[q].submitted_events
                 host_row, host_idx = self._host_argmax
                 dpctl.SyclEvent.wait_for([
-                    q.memcpy_async(host_row, launch.memory_at(row.get_array()), host_row.nbytes, deps),
-                    q.memcpy_async(host_idx, launch.memory_at(idx.get_array()), host_idx.nbytes, deps)])
+                    q.memcpy_async(host_row, row_memory, host_row.nbytes, deps),
+                    q.memcpy_async(host_idx, idx_memory, host_idx.nbytes, deps)])
                 r = int(host_row[0])
                 return r * ARG_ROW + int(host_idx[r])
             return int(dpnp.asnumpy(dpnp.argmax(logits[0])))
