@@ -3,9 +3,11 @@ against device and kernel limits, submit without waiting.
 
 Ordering follows dpnp's own convention (dpctl.utils.SequentialOrderManager[queue]): a launch depends on the events
 the manager holds for the queue (nothing on an in-order queue, which orders by itself) and records its own event
-there, so dpnp work queued before and after an xe2rt op sees the right data on out-of-order queues. Every argument
-(arrays, USM memory objects, local accessors) stays referenced in `_in_flight` until the kernel's event completes,
-so an array dropped by the caller cannot be freed under a running kernel.
+there, so dpnp work queued before and after an xe2rt op sees the right data on out-of-order queues. A launch is
+packed once into the C arrays dpctl's DPCTLQueue_SubmitNDRange reads (xe2rt._capi: an array as its first element's
+address, a scalar as its ctypes value, local memory as a size) and submitted by that function. Every array argument
+stays referenced in `_in_flight` until the kernel's event completes, so an array dropped by the caller cannot be
+freed under a running kernel.
 
 Sizes are given in OpenCL order (element 0 is get_global_id(0)); dpctl takes them reversed for 2-D/3-D ranges
 (TOOLCHAIN.md section 2), which is done here and nowhere else.
@@ -620,7 +622,7 @@ def host_step(step: Callable[[], object]) -> None:
 # keyed by the kernel, the queue argument, the sizes, each array's facts (launch.facts_of: dtype, shape, contiguity,
 # queue, alignment) and each scalar's type. Everything the checks verified for a key holds for every call with it
 # except the scalars' values: a warm call checks those (and otherwise takes the full path, whose errors are the ones
-# raised) and packs the rest from the entry (each array's memory object from its facts, a view's at its first element).
+# raised) and packs the rest from the entry (each array's first-element address from its facts).
 # The key's array facts name their queues by id; the entry holds all of them, so no such id is reused meanwhile.
 _warm_calls: dict = {}
 MAX_WARM_CALLS = 4096
