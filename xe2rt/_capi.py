@@ -121,7 +121,8 @@ class Launch:
     """One kernel launch in the form DPCTLQueue_SubmitNDRange reads: `packed` holds per argument an int (a USM
     address), a ctypes scalar, a LocalArg or a RawArg; sizes are in SYCL's order (dpctl's: the last dimension varies
     fastest). The C arrays are made here, once; `submit` costs one foreign call and the event's wrapping."""
-    __slots__ = ("queue", "sycl_kernel", "n", "args", "types", "ranges", "nd", "held", "_args_type", "_refs")
+    __slots__ = ("queue", "sycl_kernel", "n", "args", "types", "ranges", "nd", "held", "_args_type", "_refs", "_dep",
+                 "_pdep")
 
     def __init__(self, queue: dpctl.SyclQueue, sycl_kernel, packed, global_size, local_size):
         n = len(packed)
@@ -147,6 +148,9 @@ class Launch:
         ranges = (ctypes.c_size_t * 6)(*global_size, *([1] * (3 - nd)), *local_size, *([1] * (3 - nd)))
         self.queue, self.sycl_kernel, self.n, self.nd = queue, sycl_kernel, n, nd
         self.args, self.types, self.ranges, self.held, self._args_type = args, types, ranges, tuple(held), args_type
+        # one dependency's slot (the common case: the queue's latest launch), filled per submission
+        self._dep = (ctypes.c_void_p * 1)()
+        self._pdep = _addressof(self._dep)
         # the addresses the foreign call takes, read once (the objects live as long as this Launch)
         self._refs = (sycl_kernel.addressof_ref(), queue.addressof_ref(), _addressof(args), _addressof(types), n,
                       _addressof(ranges), _addressof(ranges) + 3 * ctypes.sizeof(ctypes.c_size_t), nd)
@@ -161,7 +165,10 @@ class Launch:
         kref, qref, pargs, ptypes, n, pglobal, plocal, nd = self._refs
         if args is not None:
             pargs = _addressof(args)
-        if deps:
+        if len(deps) == 1:  # (launch.ordered_submit calls this under its lock, so the slot is not shared meanwhile)
+            self._dep[0] = deps[0].addressof_ref()
+            ref = _submit(kref, qref, pargs, ptypes, n, pglobal, plocal, nd, self._pdep, 1)
+        elif deps:
             count = len(deps)
             refs = (ctypes.c_void_p * count)(*[event.addressof_ref() for event in deps])
             ref = _submit(kref, qref, pargs, ptypes, n, pglobal, plocal, nd, _addressof(refs), count)
