@@ -59,15 +59,20 @@ _submit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_
 _delete_event = _lib.DPCTLEvent_Delete
 _delete_event.restype = None
 _delete_event.argtypes = [ctypes.c_void_p]
-_raw_arg_create = _lib.DPCTLRawKernelArg_Create
-_raw_arg_create.restype = ctypes.c_void_p
-_raw_arg_create.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_raw_arg_delete = _lib.DPCTLRawKernelArg_Delete
-_raw_arg_delete.restype = None
-_raw_arg_delete.argtypes = [ctypes.c_void_p]
-_raw_arg_available = _lib.DPCTLRawKernelArg_Available
-_raw_arg_available.restype = ctypes.c_bool
-_raw_arg_available.argtypes = []
+# raw (by-value byte) arguments: newer than the rest of the interface, so optional (vectors by value are refused
+# with a clear message where they are missing)
+_raw_arg_create = getattr(_lib, "DPCTLRawKernelArg_Create", None)
+_raw_arg_delete = getattr(_lib, "DPCTLRawKernelArg_Delete", None)
+_raw_arg_available = getattr(_lib, "DPCTLRawKernelArg_Available", None)
+if _raw_arg_create is not None and _raw_arg_delete is not None and _raw_arg_available is not None:
+    _raw_arg_create.restype = ctypes.c_void_p
+    _raw_arg_create.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    _raw_arg_delete.restype = None
+    _raw_arg_delete.argtypes = [ctypes.c_void_p]
+    _raw_arg_available.restype = ctypes.c_bool
+    _raw_arg_available.argtypes = []
+else:
+    _raw_arg_available = None
 
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
@@ -91,7 +96,7 @@ class LocalArg:
 
 def raw_args_available() -> bool:
     """Whether this dpctl's SYCL runtime passes arguments as raw bytes (vectors by value)."""
-    return bool(_raw_arg_available())
+    return _raw_arg_available is not None and bool(_raw_arg_available())
 
 
 class RawArg:
