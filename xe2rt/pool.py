@@ -129,19 +129,22 @@ class OutputPool:
             self._total += spec.nbytes
         return base, address, spec.free
 
-    def _take(self, spec: OutputSpec) -> tuple:
-        """take's array, and its address."""
-        base = None
-        if spec.free is not None:
+    def _acquire(self, spec: OutputSpec) -> tuple:
+        """(allocation, its address, the free list it returns to or None) for `spec`: a free one, else a new one."""
+        free = spec.free
+        if free is not None:
             try:
-                base, address = spec.free.pop()
-                free = spec.free
+                base, address = free.pop()
+                return base, address, free
             except IndexError:  # none free (pop, not a test first: another thread may have taken the last one)
                 pass
-        if base is None:
-            base, address, free = self._allocate(spec)
-            if free is None:
-                return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, base)), address
+        return self._allocate(spec)
+
+    def _take(self, spec: OutputSpec) -> tuple:
+        """take's array, and its address."""
+        base, address, free = self._acquire(spec)
+        if free is None:  # not pooled: the array owns the allocation
+            return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, base)), address
         memory = _PooledMemory(base)
         memory._base, memory._address, memory._home = base, address, free
         return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, memory)), address
@@ -165,15 +168,7 @@ class OutputPool:
 
     def _take_group(self, spec: OutputSpec, into: list) -> int:
         """Append take_group's arrays to `into`; return the allocation's address."""
-        base = None
-        if spec.free is not None:
-            try:
-                base, address = spec.free.pop()
-                free = spec.free
-            except IndexError:  # none free, as in _take
-                pass
-        if base is None:
-            base, address, free = self._allocate(spec)
+        base, address, free = self._acquire(spec)
         if free is None:
             memory = base
         else:
