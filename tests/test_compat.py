@@ -2,6 +2,7 @@
 inside a pinned dpctl/dpnp/CPython is noticed here rather than as wrong results; and no other module of the package
 touches them."""
 import ast
+import copy
 import os
 from pathlib import Path
 
@@ -83,6 +84,28 @@ def test_launch_state_shows_the_latest_launch_to_every_reader(queue, rng):
     expect = w.asnumpy().astype(np.float32) @ (2 * (w.asnumpy().astype(np.float32) @ x.asnumpy().astype(np.float32))
                                                .astype(np.float16)).astype(np.float32)
     np.testing.assert_allclose(y.asnumpy().astype(np.float32), expect, rtol=0.05, atol=0.05 * np.abs(expect).max())
+
+
+def test_a_copied_manager_holds_the_latest_launch(queue, rng):
+    """copy.copy of a queue's order manager (dpctl copies the C++ lists directly) includes an xe2rt launch whose event
+    the state had not yet added to them: waiting on the copy waits for that launch."""
+    if _compat._LaunchState is None:
+        return  # not the pinned dpctl: the state is dpctl's own, which copies whole
+    ooo = dpctl.SyclQueue(queue.sycl_device)
+    manager = dpctl.utils.SequentialOrderManager[ooo]
+    w = dpnp.asarray((rng.standard_normal((4096, 4096)) / 64).astype(np.float16), sycl_queue=ooo)
+    x = dpnp.asarray(rng.standard_normal(4096).astype(np.float16), sycl_queue=ooo)
+    y = dpnp.empty(4096, dtype=np.float16, sycl_queue=ooo)
+    xe2rt.gemv_fp16(x, w, out=y)
+    state = manager._state
+    assert type(state) is _compat._LaunchState and not state.flushed
+    latest = state.latest
+    copied = copy.copy(manager)
+    assert state.flushed  # the pending event went into the lists before dpctl copied them
+    copied.wait()
+    assert latest.execution_status == dpctl.event_status_type.complete
+    expect = w.asnumpy().astype(np.float32) @ x.asnumpy().astype(np.float32)
+    np.testing.assert_allclose(y.asnumpy().astype(np.float32), expect, rtol=0.02, atol=0.02)
 
 
 def test_environ_reads_follow_os_environ(monkeypatch):

@@ -61,18 +61,18 @@ else:
 
 # ---- dpnp's per-queue order manager ----
 
-def _order_state_class():
+def _order_state_classes():
     if not PINNED_VERSIONS:
-        return None
+        return None, None
     from dpctl.utils._order_manager import _SequentialOrderManager
     from dpctl.utils._seq_order_keeper import _OrderManager
     if not isinstance(getattr(_SequentialOrderManager(), "_state", None), _OrderManager):
         raise ImportError(f"dpctl {INSTALLED['dpctl']}: SequentialOrderManager no longer keeps an _OrderManager in "
                           f"_state; xe2rt/_compat.py must be updated for this dpctl")
-    return _OrderManager
+    return _OrderManager, _SequentialOrderManager
 
 
-_OrderState = _order_state_class()
+_OrderState, _Manager = _order_state_classes()
 _MANAGERS = dpctl.utils.SequentialOrderManager
 MANAGER_PRUNE_THRESHOLD = 16  # dpctl's own default for a new manager
 
@@ -86,7 +86,8 @@ if _OrderState is not None:
         state sees exactly what a plain state would hold; one that adds a submitted event marks the state `foreign`,
         after which the next launch depends on the whole list again. dpctl and dpnp reach the state only through
         these methods (SequentialOrderManager's properties, add_event_pair, wait); the one exception is the
-        manager's `__copy__`, whose C++ copy misses an unflushed `latest`."""
+        manager's `__copy__`, whose C++ copy would miss an unflushed `latest`: a manager that holds a _LaunchState
+        is made a _FlushingManager, whose copy flushes first."""
         __slots__ = ("latest", "flushed", "foreign")
 
         def _flush(self):
@@ -120,8 +121,17 @@ if _OrderState is not None:
             self._flush()
             self.foreign = True
             return _OrderState.add_vector_to_both_events(self, host_task_events, events)
+    class _FlushingManager(_Manager):
+        """dpctl's per-queue SequentialOrderManager, whose `__copy__` first adds a pending `latest` to the C++ lists
+        it copies (dpctl's copy constructs a new _OrderManager from the C++ state directly)."""
+
+        def __copy__(self):
+            state = self._state
+            if type(state) is _LaunchState:
+                state._flush()
+            return _Manager.__copy__(self)
 else:
-    _LaunchState = None
+    _LaunchState = _FlushingManager = None
 
 
 def submit_ordered(launch, args, in_order: bool) -> dpctl.SyclEvent:
@@ -153,6 +163,8 @@ def submit_ordered(launch, args, in_order: bool) -> dpctl.SyclEvent:
         _OrderState.add_vector_to_both_events(fresh, host_tasks, [])
     fresh.latest, fresh.flushed, fresh.foreign = event, False, False
     manager._state = fresh
+    if type(manager) is _Manager:
+        manager.__class__ = _FlushingManager
     return event
 
 
