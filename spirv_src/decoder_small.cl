@@ -26,8 +26,9 @@
  *      rope_kv:  a sub-group per (token, head) over the Hq + Hkv heads; lane holds D / 16 values, and the rotate-half
  *                partner of component i is component i + D / 32 of the same lane, so the rotation is in-lane.
  *      silu_mul: a sub-group per (token, 128 outputs).
- *  - CPU: a work-item per row (rms_norm), per (token, HC heads) sharing one cos/sin table (rope_kv), vload_half8 ->
- *    float8 along the row; silu_mul a work-item per (token, 64 outputs) with exp written out (see there).
+ *  - CPU: a work-item per row (rms_norm: vload_half16 along it, two sums of squares; the second pass reads s back
+ *    when there is a residual), per (token, HC heads) sharing one cos/sin table (rope_kv, vload_half8 -> float8);
+ *    silu_mul a work-item per (token, 64 outputs) with exp written out (see there).
  * Out-of-range positions (the host rejects them before launch unless asked not to check) write nothing to the caches.
  */
 #include "xe2rt.h"
@@ -206,19 +207,25 @@ __kernel void rms_norm_f16(__global const half* x, __global const half* res, __g
     __global const half* rr = res + off;
     __global half* sr = s + off;
     __global half* yr = y + off;
-    const int octets = n / 8;
-    float8 acc8 = 0.0f;
-    for (int o = 0; o < octets; ++o) {
-        float8 v = vload_half8(o, xr);
+    /* 32 elements per step in two independent sums (the sum of squares is a chain of adds otherwise) */
+    const int steps = n / 32;
+    float16 acc0 = 0.0f, acc1 = 0.0f;
+    for (int o = 0; o < steps; ++o) {
+        float16 v0 = vload_half16(2 * o, xr), v1 = vload_half16(2 * o + 1, xr);
         if (has_res) {
-            v = convert_float8(convert_half8_rte(v + vload_half8(o, rr)));
-            vstore_half8_rte(v, o, sr);
+            v0 = convert_float16(convert_half16_rte(v0 + vload_half16(2 * o, rr)));
+            v1 = convert_float16(convert_half16_rte(v1 + vload_half16(2 * o + 1, rr)));
+            vstore_half16_rte(v0, 2 * o, sr);
+            vstore_half16_rte(v1, 2 * o + 1, sr);
         }
-        acc8 += v * v;
+        acc0 = fma(v0, v0, acc0);
+        acc1 = fma(v1, v1, acc1);
     }
-    const float4 a4 = acc8.lo + acc8.hi;
+    const float16 a16 = acc0 + acc1;
+    const float8 a8 = a16.lo + a16.hi;
+    const float4 a4 = a8.lo + a8.hi;
     float acc = (a4.s0 + a4.s1) + (a4.s2 + a4.s3);
-    for (int i = octets * 8; i < n; ++i) {
+    for (int i = steps * 32; i < n; ++i) {
         float v = (float)xr[i];
         if (has_res) {
             v = ROUND16(v + (float)rr[i]);
@@ -227,16 +234,14 @@ __kernel void rms_norm_f16(__global const half* x, __global const half* res, __g
         acc += v * v;
     }
     const float r = rsqrt(acc / (float)n + eps);
-    for (int o = 0; o < octets; ++o) {
-        float8 v = vload_half8(o, xr);
-        if (has_res)
-            v = convert_float8(convert_half8_rte(v + vload_half8(o, rr)));
-        vstore_half8_rte(vload_half8(o, w) * convert_float8(convert_half8_rte(v * r)), o, yr);
+    /* the second pass reads s (just written, the rounded sum) when there is a residual, x otherwise */
+    __global const half* src = has_res ? (__global const half*)sr : xr;
+    for (int o = 0; o < 2 * steps; ++o) {
+        const float16 v = vload_half16(o, src);
+        vstore_half16_rte(vload_half16(o, w) * convert_float16(convert_half16_rte(v * r)), o, yr);
     }
-    for (int i = octets * 8; i < n; ++i) {
-        float v = (float)xr[i];
-        if (has_res)
-            v = ROUND16(v + (float)rr[i]);
+    for (int i = steps * 32; i < n; ++i) {
+        const float v = (float)src[i];
         yr[i] = convert_half((float)w[i] * ROUND16(v * r));
     }
 }
