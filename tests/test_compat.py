@@ -54,17 +54,22 @@ def test_order_manager_state_is_what_submit_ordered_assumes(queue):
     ooo.wait()
 
 
+def _gemv_on_out_of_order_queue(queue, rng):
+    """(order manager, w, x, y): 4096 x 4096 gemv_fp16 operands on a new out-of-order queue of the test device."""
+    ooo = dpctl.SyclQueue(queue.sycl_device)
+    w = dpnp.asarray((rng.standard_normal((4096, 4096)) / 64).astype(np.float16), sycl_queue=ooo)
+    x = dpnp.asarray(rng.standard_normal(4096).astype(np.float16), sycl_queue=ooo)
+    y = dpnp.empty(4096, dtype=np.float16, sycl_queue=ooo)
+    return dpctl.utils.SequentialOrderManager[ooo], w, x, y
+
+
 def test_launch_state_shows_the_latest_launch_to_every_reader(queue, rng):
     """Back-to-back launches keep their latest event outside dpctl's C++ list (_compat._LaunchState); every public
     way of reading the manager still sees it, and work queued through the manager in between makes the next launch
     depend on the whole list again."""
     if _compat._LaunchState is None:
         return  # not the pinned dpctl: submit_ordered takes the public path, which the other tests cover
-    ooo = dpctl.SyclQueue(queue.sycl_device)
-    manager = dpctl.utils.SequentialOrderManager[ooo]
-    w = dpnp.asarray((rng.standard_normal((4096, 4096)) / 64).astype(np.float16), sycl_queue=ooo)
-    x = dpnp.asarray(rng.standard_normal(4096).astype(np.float16), sycl_queue=ooo)
-    y = dpnp.empty(4096, dtype=np.float16, sycl_queue=ooo)
+    manager, w, x, y = _gemv_on_out_of_order_queue(queue, rng)
     xe2rt.gemv_fp16(x, w, out=y)
     state = manager._state
     assert type(state) is _compat._LaunchState and not state.foreign
@@ -91,11 +96,7 @@ def test_a_copied_manager_holds_the_latest_launch(queue, rng):
     the state had not yet added to them: waiting on the copy waits for that launch."""
     if _compat._LaunchState is None:
         return  # not the pinned dpctl: the state is dpctl's own, which copies whole
-    ooo = dpctl.SyclQueue(queue.sycl_device)
-    manager = dpctl.utils.SequentialOrderManager[ooo]
-    w = dpnp.asarray((rng.standard_normal((4096, 4096)) / 64).astype(np.float16), sycl_queue=ooo)
-    x = dpnp.asarray(rng.standard_normal(4096).astype(np.float16), sycl_queue=ooo)
-    y = dpnp.empty(4096, dtype=np.float16, sycl_queue=ooo)
+    manager, w, x, y = _gemv_on_out_of_order_queue(queue, rng)
     xe2rt.gemv_fp16(x, w, out=y)
     state = manager._state
     assert type(state) is _compat._LaunchState and not state.flushed

@@ -236,8 +236,27 @@ def memory_at(u, address: int | None = None):
 def view_memory(u, address: int, offset: int):
     """A dpctl memory object at usm_ndarray `u`'s first element (`address`, `offset` elements into its allocation),
     of the allocation's USM kind, spanning to the allocation's end, referring to the allocation's memory object (not
-    to `u`). dpctl.memory.as_usm_memory(u) does the same at about 2.5x the cost, and holds `u`."""
-    return pool.memory_inside(u.usm_data, address, offset * u.itemsize, u.sycl_queue)
+    to `u`, so it keeps the allocation, and nothing else, alive). dpctl.memory.as_usm_memory(u) does the same at
+    about 2.5x the cost, and holds `u`."""
+    allocation, start = u.usm_data, offset * u.itemsize
+    buffer = _ViewBuffer()
+    buffer.allocation = allocation
+    buffer.__sycl_usm_array_interface__ = {
+        "data": (address, False), "shape": (max(1, allocation.nbytes - start),),
+        "strides": None, "typestr": "|u1", "version": 1, "syclobj": u.sycl_queue}
+    for kind in _MEMORY_KINDS:  # the pool's handles subclass MemoryUSMDevice
+        if isinstance(allocation, kind):
+            return kind(buffer)
+    return dpctl.memory.as_usm_memory(buffer)
+
+
+class _ViewBuffer:
+    """A USM buffer (`__sycl_usm_array_interface__`) inside an allocation, referring to the allocation's memory
+    object: memory objects made from it keep that object alive, not whatever the address was read from."""
+    __slots__ = ("__sycl_usm_array_interface__", "allocation")
+
+
+_MEMORY_KINDS = (dpctl.memory.MemoryUSMDevice, dpctl.memory.MemoryUSMShared, dpctl.memory.MemoryUSMHost)
 
 
 def _scalar(spec: tuple, value):
@@ -676,24 +695,20 @@ def warm_launch(key, args: tuple, hits: list) -> dpctl.SyclEvent | None:
     if entry is None:
         return None
     raw, in_order, arrays, ints, reals, others, _ = entry
-    packed = raw.copy_args()
-    scalars = []  # this call's scalar values, alive until submitted (the argument array points at them)
-    for pos in arrays:
-        packed[pos] = hits[pos][3]
+    scalars = []  # (position, this call's ctypes value), alive until submitted (the argument array points at them)
     for pos, ctype, low, high in ints:
         value = args[pos]
         if not low <= value <= high:
             return None
-        scalar = ctype(value)
-        scalars.append(scalar)
-        packed[pos] = _addressof(scalar)
+        scalars.append((pos, ctype(value)))
     for pos, spec in reals:
-        scalar = _real(spec[1], spec[2], spec[3], args[pos])
-        scalars.append(scalar)
-        packed[pos] = _addressof(scalar)
+        scalars.append((pos, _real(spec[1], spec[2], spec[3], args[pos])))
     for pos, spec in others:  # e.g. an int for a float parameter
-        scalar = _scalar(spec, args[pos])
-        scalars.append(scalar)
+        scalars.append((pos, _scalar(spec, args[pos])))
+    packed = raw.copy_args()
+    for pos in arrays:
+        packed[pos] = hits[pos][3]
+    for pos, scalar in scalars:
         packed[pos] = _addressof(scalar)
     return ordered_submit(raw, args, in_order, packed)
 

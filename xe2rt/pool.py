@@ -49,30 +49,6 @@ class _PooledMemory(dpctl.memory.MemoryUSMDevice):
 GROUP_ALIGNMENT = 128  # bytes between the start of the allocation and each output of a group, rounded up to this
 
 
-def memory_inside(allocation, address: int, offset: int, queue: dpctl.SyclQueue):
-    """A dpctl memory object at `address`, `offset` bytes into USM memory object `allocation` (of its USM kind),
-    spanning to the allocation's end, that refers to `allocation` (so it keeps the allocation, and nothing else,
-    alive)."""
-    buffer = _ViewBuffer()
-    buffer.allocation = allocation
-    buffer.__sycl_usm_array_interface__ = {
-        "data": (address, False), "shape": (max(1, allocation.nbytes - offset),),
-        "strides": None, "typestr": "|u1", "version": 1, "syclobj": queue}
-    for kind in _MEMORY_KINDS:  # the pool's handles subclass MemoryUSMDevice
-        if isinstance(allocation, kind):
-            return kind(buffer)
-    return dpctl.memory.as_usm_memory(buffer)
-
-
-class _ViewBuffer:
-    """A USM buffer (`__sycl_usm_array_interface__`) inside an allocation, referring to the allocation's memory
-    object: memory objects made from it keep that object alive, not whatever the address was read from."""
-    __slots__ = ("__sycl_usm_array_interface__", "allocation")
-
-
-_MEMORY_KINDS = (dpctl.memory.MemoryUSMDevice, dpctl.memory.MemoryUSMShared, dpctl.memory.MemoryUSMHost)
-
-
 class OutputSpec:
     """What the pool needs to hand out the outputs of one kind of call, computed once (a warm call's replay keeps
     it): per output its shape, dtype as a type string (usm_ndarray builds from one in half the time it takes from a
