@@ -213,10 +213,12 @@ __kernel void rms_norm_f16(__global const half* x, __global const half* res, __g
     for (int o = 0; o < steps; ++o) {
         float16 v0 = vload_half16(2 * o, xr), v1 = vload_half16(2 * o + 1, xr);
         if (has_res) {
-            v0 = convert_float16(convert_half16_rte(v0 + vload_half16(2 * o, rr)));
-            v1 = convert_float16(convert_half16_rte(v1 + vload_half16(2 * o + 1, rr)));
-            vstore_half16_rte(v0, 2 * o, sr);
-            vstore_half16_rte(v1, 2 * o + 1, sr);
+            const half16 h0 = convert_half16_rte(v0 + vload_half16(2 * o, rr));
+            const half16 h1 = convert_half16_rte(v1 + vload_half16(2 * o + 1, rr));
+            vstore16(as_ushort16(h0), 2 * o, (__global ushort*)sr);
+            vstore16(as_ushort16(h1), 2 * o + 1, (__global ushort*)sr);
+            v0 = convert_float16(h0);
+            v1 = convert_float16(h1);
         }
         acc0 = fma(v0, v0, acc0);
         acc1 = fma(v1, v1, acc1);
