@@ -197,7 +197,7 @@ INLINE float hsum16(float16 v)
     return (b.s0 + b.s1) + (b.s2 + b.s3);
 }
 /* Compare-and-select maxima (one vmaxps each; fmax's NaN handling would only cost instructions: a NaN score makes
- * the output NaN either way). */
+ * the output NaN either way, through exp2_nonpos). */
 INLINE float hmax16(float16 v)
 {
     const float8 a = v.lo > v.hi ? v.lo : v.hi;
@@ -208,10 +208,11 @@ INLINE float hmax16(float16 v)
 /* 2^x for x <= 0 inline (the library exp2 is a call, after which every live vector is reloaded from the stack):
  * x = n + f with n = floor(x), f in [0, 1), 2^f by a degree-6 polynomial (a least-squares fit of the relative
  * error; evaluated in fp32 at most 9e-8 off, about one rounding), times 2^n built in the exponent field.
- * x < -126 (including -inf, masked tokens) gives exactly 0. */
+ * x < -126 (including -inf, masked tokens) gives exactly 0; NaN gives NaN (both compares are false for it), so a NaN
+ * score, or a +inf one (inf - inf), makes its head's output NaN as in the float64 reference. */
 INLINE float16 exp2_nonpos(float16 x)
 {
-    const float16 xc = x > (float16)(-126.0f) ? x : (float16)(-126.0f);
+    const float16 xc = x < (float16)(-126.0f) ? (float16)(-126.0f) : x;
     const float16 n = floor(xc);
     const float16 f = xc - n;
     float16 p = (float16)2.161380825e-4f;

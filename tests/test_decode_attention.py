@@ -182,12 +182,41 @@ def _bad(queue, **changes):
      xe2rt.InputError, "out must have shape"),
     ("out float32", lambda q: {"out": dpnp.zeros((8, 64), dtype=np.float32, sycl_queue=q)},
      xe2rt.InputTypeError, "out must be float16"),
+    ("out numpy", lambda q: {"out": np.zeros((8, 64), dtype=np.float16)}, xe2rt.InputTypeError,
+     r"out must be a dpnp array .*dpnp.asarray\(out\)"),
 ])
 def test_bad_input(queue, target, what, changes, error, match):
     args = _bad(queue, **changes(queue))
     with pytest.raises(error, match=match):
         xe2rt.decode_attention(args.pop("q"), args.pop("k_cache"), args.pop("v_cache"), args.pop("length"),
                                target=target, **args)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_nan_and_inf_scores_propagate(queue, target):
+    """A NaN in a key inside the context poisons every head of its kv head, a NaN in one query head only that head,
+    and a +inf score (inf - inf in the softmax) its head, as in the float64 reference: never finite garbage."""
+    (q, k, v), _ = _inputs(queue, hq=4, hkv=1, t=20)
+
+    def nan_heads(q, k):
+        y = dpnp.asnumpy(xe2rt.decode_attention(to_device(q, queue), to_device(k, queue), to_device(v, queue), 20,
+                                                target=target))
+        with np.errstate(invalid="ignore", over="ignore"):
+            ref = decode_attention_ref(q, k, v, 20)
+        return list(np.isnan(y).all(axis=1)), list(np.isnan(ref).all(axis=1)), np.isfinite(y).all(axis=1)
+    k_nan = k.copy()
+    k_nan[0, 5, 3] = np.nan
+    got, ref, _ = nan_heads(q, k_nan)
+    assert ref == [True] * 4 and got == ref
+    q_nan = q.copy()
+    q_nan[1, 0] = np.nan
+    got, ref, finite = nan_heads(q_nan, k)
+    assert ref == [False, True, False, False] and got == ref and finite[[0, 2, 3]].all()
+    k_inf = k.copy()
+    k_inf[0, 7, :] = 0
+    k_inf[0, 7, 0] = np.inf  # score +inf for the heads with q[h, 0] > 0, -inf for the others
+    got, ref, _ = nan_heads(q, k_inf)
+    assert any(ref) and not all(ref) and got == ref
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -78,6 +78,10 @@ def test_wrong_dtypes(queue, setup):
     expect_refused(xe2rt.InputTypeError, "bias must be float16", lambda: xe2rt.gemm_w4a16(a, qw, bias=bias))
     out = dpnp.zeros((20, 96), dtype=np.float32, sycl_queue=queue)
     expect_refused(xe2rt.InputTypeError, "out must be float16", lambda: xe2rt.gemm_w4a16(a, qw, out=out))
+    for rows in (20, 4):  # the GEMM and the GEMV path
+        out = np.zeros((rows, 96), dtype=np.float16)
+        expect_refused(xe2rt.InputTypeError, r"out must be a dpnp array .*dpnp.asarray\(out\)",
+                       lambda: xe2rt.gemm_w4a16(a[:rows], qw, out=out))
 
 
 def test_k_mismatch_and_shapes(queue, setup):

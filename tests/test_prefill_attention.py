@@ -76,6 +76,7 @@ def arrays(queue, t=8, hq=4, hkv=2, d=64, dtype=np.float16):
     (((8, 4, 64), (8, 2, 64), (8, 1, 64)), "same shape"),
     (((8, 4, 64), (8, 2, 128), (8, 2, 128)), "same head_dim"),
     (((8, 6, 64), (8, 4, 64), (8, 4, 64)), "multiple of KV heads"),
+    (((8, 0, 64), (8, 2, 64), (8, 2, 64)), "Hq = 0 must be a positive multiple"),
     (((8, 4, 96), (8, 2, 96), (8, 2, 96)), "64 or 128"),
     (((8, 4, 32), (8, 2, 32), (8, 2, 32)), "64 or 128"),
     (((4097, 1, 64), (4097, 1, 64), (4097, 1, 64)), "[1, 4096]"),
@@ -103,6 +104,8 @@ def test_not_a_device_array(queue):
     q, k, v = arrays(queue)
     with pytest.raises(InputTypeError, match="dpnp array"):
         xe2rt.prefill_attention(dpnp.asnumpy(q), k, v)
+    with pytest.raises(InputTypeError, match=r"out must be a dpnp array .*dpnp.asarray\(out\)"):
+        xe2rt.prefill_attention(q, k, v, out=np.zeros(q.shape, np.float16))
 
 
 @pytest.mark.parametrize("which", ["q", "k", "v"])

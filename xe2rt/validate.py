@@ -71,6 +71,9 @@ def same_queue(op: str, **arrays) -> dpctl.SyclQueue:
     for name, a in arrays.items():
         if a is None:
             continue
+        if not hasattr(a, "sycl_queue"):  # checked here too: ops may compare queues before checking each array
+            raise InputTypeError(f"{op}: {name} must be a dpnp array on a SYCL device, got {type(a).__name__}; "
+                                 f"use dpnp.asarray({name})")
         if queue is None:
             first_name, queue = name, a.sycl_queue
             continue

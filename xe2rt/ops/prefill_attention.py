@@ -87,8 +87,8 @@ def _validate(q, k, v, causal, scale, out):
     if not 1 <= t <= MAX_TOKENS:
         raise InputError(f"{OP}: the number of tokens T must be in [1, {MAX_TOKENS}], got {t}; split a longer prompt "
                          f"into chunks")
-    if hkv < 1 or hq % hkv:
-        raise InputError(f"{OP}: query heads Hq = {hq} must be a multiple of KV heads Hkv = {hkv} (GQA)")
+    if hkv < 1 or hq < 1 or hq % hkv:
+        raise InputError(f"{OP}: query heads Hq = {hq} must be a positive multiple of KV heads Hkv = {hkv} (GQA)")
     attention_scale(OP, scale, d)
     queue = validate.same_queue(OP, q=q, k=k, v=v, out=out)
     validate.require_fp16(OP, queue)
