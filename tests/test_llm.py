@@ -156,6 +156,19 @@ def test_sampling_extremes(model):
         model.generate(ids, 2, temperature=1.0, seed="abc")
     with pytest.raises(InputTypeError, match="temperature must be a real number >= 0, got str"):
         model.generate(ids, 2, temperature="hot")
+    # a top_p that is 0 in float32 keeps the most likely token (it kept none, and the search then took the least
+    # likely one)
+    for p in (1e-6, 1e-46, 1e-300):
+        np.testing.assert_array_equal(model.generate(ids, 3, temperature=1.0, top_p=p, seed=3), greedy)
+
+
+def test_ids_on_the_device(model):
+    """Token ids may be a dpnp array (a pipeline's output): the same as the host ids."""
+    import dpnp
+    ids = np.array([3, 1, 4, 1, 5], np.int32)
+    on_device = dpnp.asarray(ids, sycl_queue=model.queue)
+    np.testing.assert_array_equal(model.logits(on_device), model.logits(ids))
+    np.testing.assert_array_equal(model.generate(on_device, 3), model.generate(ids, 3))
 
 
 def test_generate_command_line(tmp_path):
@@ -169,9 +182,21 @@ def test_generate_command_line(tmp_path):
     lines = res.stdout.strip().splitlines()
     assert len(lines[0].split()) == 4 and all(t.isdigit() for t in lines[0].split())
     assert lines[-1].startswith("prompt tokens 3, prefill ") and "decode" in lines[-1] and "peak memory" in lines[-1]
+    assert "warm-up" in lines[-1]
     model = llm.load(folder, max_tokens=16, progress=False)
     assert [int(t) for t in lines[0].split()] == model.generate([5, 9, 13], 4).tolist()
     for ids, message in [("1,,2", "must be comma-separated integers"), ("", "is empty"),
                          ("4294967297", "outside int32"), (f"1,{model.cfg.vocab}", "outside the vocabulary")]:
         res = run("--prompt-ids", ids, "-n", "2")
         assert res.returncode == 2 and message in res.stderr, (ids, res.stderr[-1000:])
+
+
+def test_command_line_text_prompt_sizes_the_cache(tmp_path):
+    """A text prompt sizes the KV cache from its tokens (it was 1024 + n before tokenizing, so a 1100-token text
+    was refused)."""
+    folder = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=1, seed=9, tokenizer=True)
+    text = " ".join(f"w{i % 300}" for i in range(1100))
+    res = subprocess.run([sys.executable, "-m", "xe2rt", "generate", str(folder), "--prompt", text, "-n", "2"],
+                         capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1].startswith("prompt tokens 1100, prefill ")

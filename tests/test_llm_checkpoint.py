@@ -471,3 +471,60 @@ def test_gptq_rules_hold_on_every_load_path(tmp_path):
     save_file(t, str(st))
     with pytest.raises(CheckpointError, match=r"g_idx\[5\] = -1 is outside the groups"):
         load_weights(out, weights="fp16", progress=False)
+
+
+def test_config_disagreeing_with_the_tensors_is_named(tmp_path):
+    """Tensors the config leaves unused are an error, not silently dropped: layers past num_hidden_layers, nonzero
+    linear biases (all-zero ones, which some exporters write, are ignored), anything else left over; JSON flags must
+    be true / false (a string "false" would read as true)."""
+    out = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=2)
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(dict(cfg, num_hidden_layers=1)))
+    with pytest.raises(CheckpointError, match=r"'model\.layers\.1\..*' belongs to layer 1, but config.json says "
+                                              r"num_hidden_layers = 1"):
+        load_weights(out, progress=False)
+    rnd.write("tiny-llama", out, fmt="fp16", layers=1)
+    st = out / "model.safetensors"
+    _rewrite_without(st, replace={"model.layers.0.self_attn.k_proj.bias": np.zeros(64, np.float16)})
+    load_weights(out, progress=False)  # all-zero: ignored
+    _rewrite_without(st, replace={"model.layers.0.self_attn.k_proj.bias": np.full(64, 0.5, np.float16)})
+    with pytest.raises(UnsupportedModelError, match=r"k_proj\.bias' holds nonzero biases"):
+        load_weights(out, progress=False)
+    rnd.write("tiny-llama", out, fmt="fp16", layers=1)
+    _rewrite_without(st, replace={"model.layers.0.mlp.shared_expert.weight": np.zeros((4, 4), np.float16),
+                                  "model.rotary_emb.inv_freq": np.ones(8, np.float32)})
+    with pytest.raises(CheckpointError, match=r"1 stored tensors are not used by LlamaForCausalLM as config.json "
+                                              r"describes it: 'model\.layers\.0\.mlp\.shared_expert\.weight'"):
+        load_weights(out, progress=False)
+    rnd.write("tiny-llama", out, fmt="fp16", layers=1)
+    for field in ("tie_word_embeddings", "attention_bias"):
+        (out / "config.json").write_text(json.dumps(dict(cfg, num_hidden_layers=1, **{field: "false"})))
+        with pytest.raises(CheckpointError, match=f"{field} must be true or false, got 'false'"):
+            read_config(out)
+    moe = rnd.write("tiny-qwen3-moe", tmp_path / "moe", fmt="fp16", layers=1)
+    raw = json.loads((moe / "config.json").read_text())
+    (moe / "config.json").write_text(json.dumps(dict(raw, norm_topk_prob="no")))
+    with pytest.raises(CheckpointError, match="norm_topk_prob must be true or false, got 'no'"):
+        read_config(moe)
+
+
+def test_rewriting_a_folder_replaces_its_weights(tmp_path):
+    """The random writer removes the weight files of an earlier write (as save_pretrained does), and a folder with
+    both model.safetensors and an index loads model.safetensors (transformers' order)."""
+    out = tmp_path / "m"
+    rnd.write("tiny-llama", out, fmt="fp16", layers=1, seed=1, shard_mb=0.3)
+    assert (out / "model.safetensors.index.json").is_file()
+    rnd.write("tiny-llama", out, fmt="fp16", layers=1, seed=2)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    single = tmp_path / "single"
+    rnd.write("tiny-llama", single, fmt="fp16", layers=1, seed=2)
+    _, w = load_weights(out, progress=False)
+    _, want = load_weights(single, progress=False)
+    np.testing.assert_array_equal(w["embed"], want["embed"])
+    rnd.write("tiny-llama", out, fmt="fp16", layers=1, seed=3, shard_mb=0.3)
+    (single / "model.safetensors").rename(out / "model.safetensors")  # seed 2 beside seed 3's shards and index
+    _, w = load_weights(out, progress=False)
+    np.testing.assert_array_equal(w["embed"], want["embed"])
+    rnd.write("tiny-llama", out, fmt="gptq", layers=1, seed=4)  # another format over it: only its own files stay
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert isinstance(load_weights(out, progress=False)[1]["layers"][0]["o"], QuantizedW4)

@@ -108,6 +108,17 @@ def _field(raw: dict, name: str, kind=int, default=None, path="config.json"):
     return kind(value)
 
 
+def _flag(raw: dict, name: str, default: bool, path="config.json") -> bool:
+    """A JSON true / false field (absent or null: the default); a string such as "false" is refused rather than
+    read as true."""
+    value = raw.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise CheckpointError(f"{path}: {name} must be true or false, got {value!r}")
+    return value
+
+
 def parse_quant(raw: dict | None, path: str = "config.json") -> QuantConfig:
     if not raw:
         return QuantConfig()
@@ -147,7 +158,8 @@ def _parse_quant(raw: dict, path: str) -> QuantConfig:
         for g in groups.values():
             if g.get("input_activations"):
                 raise UnsupportedModelError(f"{path}: quantized input activations are not supported (W4A16 only)")
-        return QuantConfig("compressed-tensors", 4, int(w.get("group_size") or 0), bool(w.get("symmetric", True)),
+        return QuantConfig("compressed-tensors", 4, int(w.get("group_size") or 0),
+                           _flag(w, "symmetric", True, f"{path} quantization_config weights"),
                            ignore=tuple(raw.get("ignore") or ()), raw=raw)
     bits = raw.get("bits", raw.get("w_bit"))
     if bits != 4:
@@ -157,7 +169,7 @@ def _parse_quant(raw: dict, path: str) -> QuantConfig:
         version = str(raw.get("version", "gemm")).lower()
         if version != "gemm":
             raise UnsupportedModelError(f"{path}: AWQ version {version!r} is not supported; supported: 'gemm'")
-        if not raw.get("zero_point", True):
+        if not _flag(raw, "zero_point", True, f"{path} quantization_config"):
             raise UnsupportedModelError(f"{path}: AWQ with zero_point false is not supported; supported: zero_point "
                                         f"true (the AutoAWQ default)")
         return QuantConfig("awq", 4, int(group or 0), False, ignore=tuple(raw.get("modules_to_not_convert") or ()),
@@ -166,7 +178,8 @@ def _parse_quant(raw: dict, path: str) -> QuantConfig:
     if fmt not in ("gptq", "gptq_v2"):
         raise UnsupportedModelError(f"{path}: GPTQ checkpoint_format {fmt!r} is not supported; supported: 'gptq' "
                                     f"(v1), 'gptq_v2'")
-    return QuantConfig("gptq", 4, int(group or 0), bool(raw.get("sym", True)), bool(raw.get("desc_act", False)),
+    where = f"{path} quantization_config"
+    return QuantConfig("gptq", 4, int(group or 0), _flag(raw, "sym", True, where), _flag(raw, "desc_act", False, where),
                        fmt, raw=raw)
 
 
@@ -181,12 +194,12 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
         raise UnsupportedModelError(f"{path}: architectures {archs!r} is not supported; supported: "
                                     f"{', '.join(ARCHITECTURES)}")
     for flag in ("attention_bias", "mlp_bias"):
-        if raw.get(flag):
+        if _flag(raw, flag, False, path):
             raise UnsupportedModelError(f"{path}: {flag} = true is not supported (the {arch} checkpoints xe2rt runs "
                                         f"have no linear biases)")
     if raw.get("hidden_act", "silu") != "silu":
         raise UnsupportedModelError(f"{path}: hidden_act {raw.get('hidden_act')!r} is not supported; supported: silu")
-    if raw.get("use_sliding_window"):
+    if _flag(raw, "use_sliding_window", False, path):
         raise UnsupportedModelError(f"{path}: use_sliding_window = true is not supported")
     hidden = _field(raw, "hidden_size")
     heads = _field(raw, "num_attention_heads")
@@ -216,14 +229,14 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     layers = _field(raw, "num_hidden_layers")
     cfg = ModelConfig(arch, hidden, layers, heads, kv_heads, int(head_dim), _field(raw, "intermediate_size"),
                       _field(raw, "vocab_size"), _field(raw, "rms_norm_eps", float), _field(raw, "rope_theta", float),
-                      scaling, bool(raw.get("tie_word_embeddings", False)),
+                      scaling, _flag(raw, "tie_word_embeddings", False, path),
                       int(raw.get("max_position_embeddings") or 4096), eos_ids,
                       quant=parse_quant(raw.get("quantization_config"), path), raw=raw)
     if arch == "Qwen3MoeForCausalLM":
         cfg.num_experts = _field(raw, "num_experts")
         cfg.experts_per_token = _field(raw, "num_experts_per_tok")
         cfg.moe_intermediate = _field(raw, "moe_intermediate_size")
-        cfg.norm_topk_prob = bool(raw.get("norm_topk_prob", False))
+        cfg.norm_topk_prob = _flag(raw, "norm_topk_prob", False, path)
         step = int(raw.get("decoder_sparse_step", 1) or 1)
         dense = set(raw.get("mlp_only_layers") or ())
         cfg.moe_layers = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
@@ -305,13 +318,16 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
 
 
 class Checkpoint:
-    """The tensors of a model folder (model.safetensors, or the shards model.safetensors.index.json names)."""
+    """The tensors of a model folder: model.safetensors when it exists, else the shards that
+    model.safetensors.index.json names (transformers' order)."""
 
     def __init__(self, folder):
         self.folder = Path(folder)
         index = self.folder / "model.safetensors.index.json"
         single = self.folder / "model.safetensors"
-        if index.is_file():
+        if single.is_file():  # as transformers looks: the single file first, then the index of shards
+            weight_map, files = None, ["model.safetensors"]
+        elif index.is_file():
             try:
                 weight_map = json.loads(index.read_text())["weight_map"]
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
@@ -325,8 +341,6 @@ class Checkpoint:
                 if Path(name).name != name:
                     raise CheckpointError(f"{index}: shard {name!r} is not a file name in {self.folder} (shards "
                                           f"live beside the index)")
-        elif single.is_file():
-            weight_map, files = None, ["model.safetensors"]
         else:
             raise CheckpointError(f"{self.folder}: no model.safetensors and no model.safetensors.index.json")
         self.tensors: dict[str, TensorInfo] = {}
@@ -349,6 +363,7 @@ class Checkpoint:
         self._handle_file = None
         self._window = 0
         self.bytes_read = 0
+        self.used: set[str] = set()  # the tensors a loader asked for (info), for unused()
 
     @property
     def nbytes(self) -> int:
@@ -366,7 +381,13 @@ class Checkpoint:
                                   f"{list(shape)} from config.json")
         if dtypes is not None and t.dtype not in dtypes:
             raise CheckpointError(f"{self.folder}: tensor {name!r} is {t.dtype}, expected one of {list(dtypes)}")
+        self.used.add(name)
         return t
+
+    def unused(self) -> list[str]:
+        """The stored tensors no loader asked for, but the rotary inv_freq buffers older checkpoints carry (the
+        loader computes them from the config)."""
+        return sorted(n for n in self.tensors.keys() - self.used if not n.endswith("rotary_emb.inv_freq"))
 
     def _open(self, file: Path):
         from safetensors import safe_open

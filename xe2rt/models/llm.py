@@ -121,6 +121,8 @@ class DecoderLM:
 
     # ------------------------------------------------------------------------------------------------- checks
     def _check_ids(self, ids, what: str = "ids") -> np.ndarray:
+        if hasattr(ids, "__sycl_usm_array_interface__"):  # ids on a device: the host needs them to feed the steps
+            ids = dpnp.asnumpy(ids)
         a = np.asarray(ids)
         if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
             raise InputTypeError(f"{what} must be integer token ids, got dtype {a.dtype}")
@@ -286,6 +288,7 @@ class DecoderLM:
         logits = self._logit_row if self._logit_row is not None else buf(1, cfg.vocab)
         head = xe2rt.bind(self._linear, y, w["lm_head"], out=logits)
         from ..ops import decode_attention as attention
+        attention.build_kernels(q, d)  # the merge kernel too: a later bucket of lengths may need splits
         self._dec = {"x": xs[0], "poslen": poslen, "q": qv.reshape(hq, d), "attn": attn, "layers": layers,
                      "x_memory": launch.memory_at(xs[0].get_array()),
                      "poslen_memory": launch.memory_at(poslen.get_array()),
@@ -450,7 +453,10 @@ class DecoderLM:
         p = dpnp.exp(shifted)
         if top_p < 1:
             c = dpnp.cumsum(p)
-            p = dpnp.where(c - p < np.float32(top_p) * c[-1], p, 0)  # keep until the mass before reaches top_p
+            # keep until the mass before reaches top_p; a top_p below fp32's smallest normal (0 in fp32) would keep
+            # nothing, so it is raised to it: the most likely token stays, as with any small top_p
+            keep = np.float32(max(top_p, np.finfo(np.float32).tiny))
+            p = dpnp.where(c - p < keep * c[-1], p, 0)
         cdf = dpnp.cumsum(p)
         j = dpnp.searchsorted(cdf, cdf[-1:] * np.float32(rng.random()), side="right")
         j = dpnp.minimum(j, order.shape[0] - 1)

@@ -16,6 +16,7 @@ checkpoint.load_linear). Stacking quantized rows keeps the codes as they are (on
 """
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -92,6 +93,7 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
         return w
 
     try:
+        _check_names(ckpt, cfg)
         embed_kind = quantized_kind(ckpt, "model.embed_tokens")
         if embed_kind != "float":
             raise UnsupportedModelError(f"{folder}: model.embed_tokens is stored quantized; supported: float "
@@ -139,6 +141,7 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
             else:
                 out["lm_head"] = place(linear("lm_head", cfg.vocab, h, head_mode))
             tick()
+            _check_all_used(ckpt, cfg)
             return cfg, out
         embed = ckpt.fp16("model.embed_tokens.weight", (cfg.vocab, h))
         tick()
@@ -156,11 +159,35 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
         out["lm_head"] = place(head)
         del head
         tick()
+        _check_all_used(ckpt, cfg)
     finally:
         ckpt.close()
         if bar is not None:
             bar.close()
     return cfg, out
+
+
+def _check_names(ckpt: Checkpoint, cfg: ModelConfig) -> None:
+    """Before anything is read: tensors of layers past num_hidden_layers, and linear biases (the supported
+    architectures have none; all-zero ones, which some exporters write, are accepted and ignored)."""
+    for name in sorted(ckpt.tensors):
+        m = re.match(r"model\.layers\.(\d+)\.", name)
+        if m and int(m.group(1)) >= cfg.layers:
+            raise CheckpointError(f"{ckpt.folder}: tensor {name!r} belongs to layer {m.group(1)}, but config.json "
+                                  f"says num_hidden_layers = {cfg.layers}: the config disagrees with the tensors")
+        if name.endswith(".bias") and np.any(ckpt.raw(name) != 0):
+            raise UnsupportedModelError(f"{ckpt.folder}: tensor {name!r} holds nonzero biases; {cfg.architecture} "
+                                        f"as xe2rt runs it has no linear biases (attention_bias and mlp_bias false)")
+
+
+def _check_all_used(ckpt: Checkpoint, cfg: ModelConfig) -> None:
+    """After loading: every stored tensor was used, or the config describes another model than the files."""
+    unused = ckpt.unused()
+    if unused:
+        more = f" and {len(unused) - 5} more" if len(unused) > 5 else ""
+        raise CheckpointError(f"{ckpt.folder}: {len(unused)} stored tensors are not used by {cfg.architecture} as "
+                              f"config.json describes it: {', '.join(map(repr, unused[:5]))}{more}; the config "
+                              f"disagrees with the tensors")
 
 
 def _same(ckpt: Checkpoint, a: str, b: str) -> bool:

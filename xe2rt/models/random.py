@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import struct
 import sys
 from pathlib import Path
@@ -111,6 +112,12 @@ class Writer:
     def write(self, produce, metadata: dict | None = None) -> list[Path]:
         names = ["model.safetensors"] if len(self.shards) == 1 else \
             [f"model-{i + 1:05d}-of-{len(self.shards):05d}.safetensors" for i in range(len(self.shards))]
+        # weights of an earlier write to this folder go first (as transformers' save_pretrained removes stale
+        # shards): a leftover index or shard set would otherwise be what a loader reads
+        for old in self.out.iterdir():
+            if old.name not in names and (old.name == "model.safetensors.index.json"
+                                          or re.fullmatch(r"model(-\d{5}-of-\d{5})?\.safetensors", old.name)):
+                old.unlink()
         weight_map = {}
         for fname, shard in zip(names, self.shards):
             table, offset = {"__metadata__": metadata or {"format": "pt"}}, 0

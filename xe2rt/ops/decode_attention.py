@@ -195,6 +195,15 @@ def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, ma
     return y, events[-1]
 
 
+def build_kernels(queue, d: int, target: str | None = None) -> None:
+    """Build the three kernels a decode loop at head_dim d may launch (the split kernel with an int or a device
+    length, and the merge that runs once a length needs more than one split), so that the first step whose length
+    needs the merge does not build it in the middle of a decode (xe2rt.models.llm calls this when it binds a step)."""
+    program = program_for(queue, FAMILY, targets.resolve(queue.sycl_device, target))
+    for name in (f"decode_attention_d{d}", f"decode_attention_at_d{d}", f"decode_attention_reduce_d{d}"):
+        program.kernel(name)
+
+
 def _with_workspace(q, k_cache, v_cache, length, workspace, *, scale=None, out=None, max_length=None,
                     target: str | None = None):
     return run(q, k_cache, v_cache, length, workspace, scale=scale, out=out, max_length=max_length, target=target)[0]
