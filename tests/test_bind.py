@@ -329,3 +329,24 @@ def test_output_groups_share_one_allocation_and_return_together(queue):
     np.testing.assert_array_equal(b.asnumpy(), np.arange(5))
     assert _compat.first_element_address(b.get_array()) - _compat.first_element_address(a.get_array()) == \
         pool.pool.group_spec([((pool.OutputPool.MAX_BYTES_EACH,), np.uint8)], queue).nbytes
+
+
+def test_first_call_passing_one_array_twice_is_not_replayed_for_distinct_arrays(queue, rng):
+    """rms_norm(x, w, residual=x) first, then the same shapes with a distinct residual: the warm call must add its own
+    residual (the recording of the first call cannot tell which of its two identical arguments a launch used, so it
+    is not stored); the same for decode_attention(q, k, k) then (q, k, v)."""
+    fastcall.clear()
+    h = lambda *s: rng.standard_normal(s).astype(np.float16)  # noqa: E731
+    x, r, w = (to_device(a, queue) for a in (h(2, 64), h(2, 64), h(64)))
+    xe2rt.rms_norm(x, w, eps=1e-5, residual=x)
+    y, s = xe2rt.rms_norm(x, w, eps=1e-5, residual=r)
+    np.testing.assert_array_equal(s.asnumpy(), (x.asnumpy().astype(np.float32) + r.asnumpy()).astype(np.float16))
+    y_fresh, _ = xe2rt.ops.decoder_small.run_rms_norm(x, w, eps=1e-5, residual=r)[0]
+    np.testing.assert_array_equal(y.asnumpy(), y_fresh.asnumpy())
+    q, k, v = (to_device(a, queue) for a in (h(4, 64), h(2, 16, 64), h(2, 16, 64)))
+    xe2rt.decode_attention(q, k, k, 16)
+    got = xe2rt.decode_attention(q, k, v, 16).asnumpy()
+    np.testing.assert_array_equal(got, xe2rt.ops.decode_attention.run(q, k, v, 16)[0].asnumpy())
+    # the other order was always right: distinct first, then one array twice
+    np.testing.assert_array_equal(xe2rt.decode_attention(q, k, k, 16).asnumpy(),
+                                  xe2rt.ops.decode_attention.run(q, k, k, 16)[0].asnumpy())

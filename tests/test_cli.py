@@ -25,14 +25,14 @@ def test_bench_quick_writes_rows(tmp_path):
     with xe2rt.bench.report.check_complete)."""
     out = tmp_path / "bench.json"
     proc = run("bench", "--quick", "--device", "opencl:cpu", "--families", "gemv_fp16", "decode_attention",
-               "--json", str(out), "--plot", str(tmp_path / "r.png"))
+               "--json", str(out), "--plot", str(tmp_path / "r"))  # no suffix: .png is added
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert report["read_gbps"] > 0 and report["device"]
     assert {r["family"] for r in report["rows"]} == {"gemv_fp16", "decode_attention"}
     for row in report["rows"]:
         assert row["seconds"] > 0 and row["wall_seconds"] > 0
-    assert (tmp_path / "r.png").stat().st_size > 0
+    assert (tmp_path / "r.png").stat().st_size > 0 and f"wrote {tmp_path / 'r.png'}" in proc.stderr
     assert "device read bandwidth (stream_read)" in proc.stdout
 
 

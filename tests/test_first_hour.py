@@ -111,6 +111,10 @@ def test_bench_refuses_to_overwrite_before_measuring(tmp_path):
     done = cli("bench", "--quick", "--json", str(out))
     assert done.returncode == 2 and "--overwrite" in done.stderr and out.read_text() == "{}"
     assert "[0] measuring" not in done.stderr  # refused before anything ran
+    # a folder as the report file: refused before measuring, not after the run with a traceback
+    done = cli("bench", "--quick", "--json", str(tmp_path), "--overwrite")
+    assert done.returncode == 2 and "it is a folder, not a file" in done.stderr and "Traceback" not in done.stderr
+    assert "[0] measuring" not in done.stderr
 
 
 def test_bench_default_json_gets_a_free_name(tmp_path, monkeypatch):

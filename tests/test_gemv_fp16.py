@@ -58,7 +58,8 @@ def test_nan_inf_propagate_like_numpy(queue):
     w[1, 7] = np.inf
     w[2, 9], w[2, 10] = np.inf, -np.inf
     y = dpnp.asnumpy(xe2rt.gemv_fp16(to_device(x, queue), to_device(w, queue)))
-    ref = gemv(x, w)
+    with np.errstate(invalid="ignore"):  # inf - inf in the reference is the NaN the test expects
+        ref = gemv(x, w)
     np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
     assert y[1] == ref[1] == np.inf
 

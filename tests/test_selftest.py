@@ -125,3 +125,16 @@ def test_device_without_target_is_a_usage_error(monkeypatch):
     with pytest.raises(selftest.UsageError, match="has no usable kernel target"):
         selftest._run(type("A", (), {"families": ["gemv_w8a16"], "json": os.devnull, "device": None,
                                      "quick": True, "no_bench": True})())
+
+
+def test_summary_names_each_bench_rows_variant():
+    """Rows of one case run on several variants (the cpu gemv_w4a16 paths) are told apart in the printed table as in
+    the JSON."""
+    from xe2rt import selftest
+    rows = [{"family": "gemv_w4a16", "case": "256x1024 g128", "variant": v, "seconds": 2e-5, "gbps": 8.0}
+            for v in ("cpu:magic", "cpu:plain", "cpu:vnni")]
+    report = {"versions": {"xe2rt": "x"}, "quick": True, "passed": True,
+              "devices": [{"device": {"name": "d", "type": "cpu", "driver": "1", "target": "cpu"}, "checks": [],
+                           "native_builtins": {"skipped": "no"}, "bench": rows}]}
+    lines = [line for line in selftest.summary(report).splitlines() if line.strip().startswith("bench ")]
+    assert len(lines) == 3 and all(v in line for v, line in zip(("cpu:magic", "cpu:plain", "cpu:vnni"), lines))

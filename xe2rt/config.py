@@ -64,6 +64,17 @@ def folder_problem(folder: Path) -> str | None:
     return None
 
 
+def file_problem(path: Path) -> str | None:
+    """Why a report cannot be written to `path` (its folder created if missing), or None when it can: bench's --json
+    / --plot and selftest's --json check this before anything runs, so that a run's results are not lost at the end."""
+    problem = folder_problem(path.parent)
+    if problem is None and path.is_dir():
+        problem = "it is a folder, not a file"
+    elif problem is None and path.exists() and not os.access(path, os.W_OK):
+        problem = "the file is not writable"
+    return problem
+
+
 def _usable_folder(variable: str, default: Path) -> Path:
     """The folder a cache variable names (default when unset), created if needed; a ConfigError naming the variable
     when it cannot be created or written."""

@@ -13,7 +13,9 @@ An array's facts are read once while it lives (`launch.facts_of`: a table keyed 
 through a weak reference; the shape is read on every call, since it can be set in place): a decode loop's weights, and
 any array passed to more than one call, cost a dictionary look-up per call instead of six attribute reads.
 
-Two checks depend on more than the key and run on every replayed call: `out=` must not overlap an input (byte ranges of
+A first call that passes one array as two arguments is not stored (a launch's argument could not be traced back to
+one of them); the next call with distinct arrays records its own. Two checks depend on more than the key and run on
+every replayed call: `out=` must not overlap an input (byte ranges of
 this call's arrays; on overlap the op itself is called and raises), and arrays must be device arrays at all (the key
 cannot be formed otherwise, and the op is called). Calls the cache cannot express (an op that allocates temporaries,
 queues dpnp work, or takes arguments other than arrays, quantized weights, tuples and plain scalars) are simply passed
@@ -283,6 +285,11 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
         with launch.recording(arrays) as recorder:
             result = op(*args, **kwargs)
         launch.run_steps(recorder.steps)  # the first call runs exactly what was recorded
+        if len({id(u) for _, u in arrays}) < len(arrays):
+            # one array passed as two arguments (rms_norm(x, w, residual=x)): the recording cannot tell which of the
+            # two a launch used, so a replay with two distinct arrays could put one where the other belongs. Not
+            # stored: the next call with distinct arrays records its own.
+            return result
         in_place_slots = _in_place_slots(in_place, args) if in_place else ()
         entry = _analyse(recorder, result, n_out_args, in_place_slots) if in_place_slots is not None else None
         with _entries_lock:

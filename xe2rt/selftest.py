@@ -68,9 +68,7 @@ def json_path(requested: str | None) -> Path:
     """The report path, checked writable before anything runs."""
     path = Path(requested) if requested else Path("selftest_results") / time.strftime("selftest_%Y%m%d_%H%M%S.json")
     from . import config
-    problem = config.folder_problem(path.parent)
-    if problem is None and (path.is_dir() or (path.exists() and not os.access(path, os.W_OK))):
-        problem = "not a writable file"
+    problem = config.file_problem(path)
     if problem:
         raise UsageError(f"cannot write the report to {path}: {problem}")
     return path  # nothing is created until the report is written: a run that fails leaves no empty file
@@ -227,7 +225,8 @@ def summary(report: dict) -> str:
             est = f"  {row['vs_static_estimate']:.3f}x static estimate {row['static_estimate_gbps']:.0f} GB/s" \
                 if row.get("vs_static_estimate") else ""
             gbps = f"{row['gbps']:.1f} GB/s" if row.get("gbps") else ""
-            lines.append(f"  bench {row['family']:14s} {row['case']:24s} {row['seconds'] * 1e3:8.3f} ms {gbps}{est}{seed}")
+            lines.append(f"  bench {row['family']:14s} {row['case']:24s} {row.get('variant', ''):12s} "
+                         f"{row['seconds'] * 1e3:8.3f} ms {gbps}{est}{seed}")
     lines.append(f"result: {'PASS' if report['passed'] else 'FAIL'}")
     return "\n".join(lines)
 

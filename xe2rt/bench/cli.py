@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", help=f"where to write results (default {report.DEFAULT_JSON}, or the next free "
                                        f"numbered name beside it when that exists)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
-    parser.add_argument("--plot", help="also write a roofline PNG here (needs matplotlib)")
+    parser.add_argument("--plot", help="also write a roofline plot here: .png, .svg or .pdf (.png is added to "
+                                       "other names; needs matplotlib)")
     parser.add_argument("--peer", action="append", default=[], metavar="NAME=DIR",
                         help="run a peer in the same run (decode family: llama.cpp=DIR with llama-bench)")
 
@@ -29,10 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputError
     out = report.output_path(args.json, args.overwrite)  # refused before anything is measured
+    plot_path = None
     if args.plot:
         if importlib.util.find_spec("matplotlib") is None:
             raise InputError("--plot needs matplotlib: pip install 'xe2rt[plot]'")
-        report.writable_folder("--plot", Path(args.plot))
+        plot_path = Path(args.plot)
+        if plot_path.suffix.lower() not in (".png", ".svg", ".pdf"):  # matplotlib would add .png itself
+            plot_path = plot_path.with_name(plot_path.name + ".png")
+        report.writable_file("--plot", plot_path)
     if args.iters < 1:
         raise InputError(f"--iters must be >= 1, got {args.iters}")
     peers = {}
@@ -76,9 +81,9 @@ def run(args: argparse.Namespace) -> int:
                       read_gbps_start=read_before, read_gbps_end=read_after, fma_gflops=ctx.fma_gflops,
                       llc_bytes=ctx.llc_bytes, pool_bytes=ctx.pool_bytes, static_hot_loops=static_rows)
     ctx.say(f"wrote {out}")
-    if args.plot:
-        report.plot(rows, read_gbps, ctx.fma_gflops, args.plot, ctx.device.name)
-        ctx.say(f"wrote {args.plot}")
+    if plot_path is not None:
+        report.plot(rows, read_gbps, ctx.fma_gflops, plot_path, ctx.device.name)
+        ctx.say(f"wrote {plot_path}")
     kernel_rows = [r for r in rows if r["family"] != "launch"]
     launch_rows = [r for r in rows if r["family"] == "launch"]
     print(static.format_table(static_rows))

@@ -15,9 +15,9 @@ from ..errors import InputError
 DEFAULT_JSON = Path("bench_results") / "bench.json"
 
 
-def writable_folder(option: str, path: Path) -> None:
-    """Refuse, before a run, a path whose folder cannot be created or written (a run's results would be lost)."""
-    problem = config.folder_problem(path.parent)
+def writable_file(option: str, path: Path) -> None:
+    """Refuse, before a run, a path that cannot be written (a run's results would be lost at its end)."""
+    problem = config.file_problem(path)
     if problem:
         raise InputError(f"{option} {path}: {problem}")
 
@@ -29,7 +29,7 @@ def output_path(requested: str | None, overwrite: bool) -> Path:
         path = Path(requested)
         if path.exists() and not overwrite:
             raise InputError(f"--json {path} exists; pass --overwrite to replace it or choose another path")
-        writable_folder("--json", path)
+        writable_file("--json", path)
         return path
     if overwrite or not DEFAULT_JSON.exists():
         return DEFAULT_JSON
