@@ -91,6 +91,8 @@ def test_target_checked_at_import_in_any_case():
     (("info", "--device", "level_zero:gpu"), {}, "device filter 'level_zero:gpu' matches no SYCL device"),
     (("bench", "--quick", "--device", "opencl:accelerator"), {}, "devices here: opencl:cpu:0"),
     (("info",), {"XE2RT_NO_ICD_SETUP": "yes"}, "XE2RT_NO_ICD_SETUP='yes'"),
+    (("bench", "--families", "decode", "--peer", "llamacpp=/tmp"), {}, "unknown peer 'llamacpp'; supported: llama.cpp"),
+    (("bench", "--families", "decode", "--peer", "llama.cpp=/tmp"), {}, "/tmp has no llama-bench, llama-quantize"),
 ])
 def test_user_errors_are_one_line_exit_2(args, env, says):
     done = cli(*args, env_update=env)

@@ -200,3 +200,27 @@ def test_command_line_text_prompt_sizes_the_cache(tmp_path):
                          capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().splitlines()[-1].startswith("prompt tokens 1100, prefill ")
+
+
+def test_one_call_at_a_time(model):
+    """A call made while generate runs (here from its stream callback) would overwrite the KV cache the running
+    generation decodes from: it is refused, the outer generation goes on undisturbed, and the model stays usable."""
+    ids = np.array([3, 1, 4, 1, 5], np.int32)
+    want = model.generate(ids, 6)
+    errors = []
+
+    def stream(token):
+        try:
+            model.logits([7, 8, 9])
+        except InputError as exc:
+            errors.append(str(exc))
+    np.testing.assert_array_equal(model.generate(ids, 6, stream=stream), want)
+    assert len(errors) == 6 and "in the middle of generate" in errors[0]
+    np.testing.assert_array_equal(model.generate(ids, 6), want)
+    with pytest.raises(InputError, match="steps must be an int >= 1, got 0"):
+        model.profile_step(ids, steps=0)
+
+
+def test_step_seconds_before_any_generate(queue, tmp_path):
+    folder = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=1, seed=4)
+    assert llm.load(folder, queue=queue, max_tokens=16, progress=False).step_seconds == []

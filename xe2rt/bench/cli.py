@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run a peer in the same run (decode family: llama.cpp=DIR with llama-bench)")
 
 
+PEERS = {"llama.cpp": ("llama-bench", "llama-quantize")}  # peer name: the tools its folder must hold
+
+
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputError
     out = report.output_path(args.json, args.overwrite)  # refused before anything is measured
@@ -45,8 +48,18 @@ def run(args: argparse.Namespace) -> int:
         name, sep, folder = item.partition("=")
         if not sep or not name or not folder:
             raise InputError(f"--peer {item!r}: expected NAME=DIR, e.g. llama.cpp=/path/to/llama.cpp/build/bin")
+        if name not in PEERS:
+            raise InputError(f"--peer {item!r}: unknown peer {name!r}; supported: {', '.join(sorted(PEERS))}")
         if not Path(folder).is_dir():
             raise InputError(f"--peer {item!r}: {folder} is not a folder")
+        missing = [tool for tool in PEERS[name] if not (Path(folder) / tool).is_file()]
+        if missing:
+            raise InputError(f"--peer {item!r}: {folder} has no {', '.join(missing)} (the folder of the built "
+                             f"binaries, e.g. llama.cpp/build/bin)")
+        if "decode" not in args.families or args.quick:
+            raise InputError(f"--peer {item!r} runs beside the decode family's Llama rows, which a run with "
+                             f"{'--quick' if args.quick else '--families ' + ' '.join(args.families)} does not have; "
+                             f"use --families decode without --quick")
         peers[name] = folder
     from ..parallel.mpi import world_size_from_env
     if world_size_from_env() > 1:  # under mpiexec: every rank runs the tp family, rank 0 reports

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         queue = dpctl.SyclQueue(args.device, property="in_order") if args.device else None
         model = llm.load(args.path, queue=queue, weights=args.weights, group_size=args.group_size,
                          max_tokens=max_tokens)
-        warm_seconds = _warm_up(model, ids, args.max_new_tokens)
+        warm_seconds = _warm_up(model, ids, args)
         text = []
 
         def stream(token):
@@ -99,19 +99,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warm_up(model, ids, new_tokens: int) -> float:
+def _warm_up(model, ids, args) -> float:
     """Seconds of one short generate on the prompt's first tokens (up to 17: the prompt path the whole prompt takes,
-    GEMV up to 16 tokens and GEMM above) and one decode step, so that the summary's rates leave out the kernel builds
-    and plan binding of first calls, as llama.cpp's tools warm up before they time. The prompt is checked first: a
-    bad one is refused before anything is launched."""
+    GEMV up to 16 tokens and GEMM above) and one decode step, with the run's sampling settings (sampling builds dpnp
+    kernels greedy decoding does not use), so that the summary's rates leave out the kernel builds and plan binding of
+    first calls, as llama.cpp's tools warm up before they time. The prompt is checked first: a bad one is refused
+    before anything is launched; bad settings are refused by this generate as by the real one."""
     model._check_ids(ids)
-    if not isinstance(new_tokens, int) or new_tokens < 1:
+    if args.max_new_tokens < 1:
         return 0.0
     import time
     n = min(len(ids), 17)
-    new = min(2, new_tokens, model.max_tokens - n)
+    new = min(2, args.max_new_tokens, model.max_tokens - n)
     if new < 1:  # the prompt does not fit with the new tokens: the real call says so
         return 0.0
     start = time.perf_counter()
-    model.generate(ids[:n], new)
+    model.generate(ids[:n], new, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     return time.perf_counter() - start

@@ -22,6 +22,7 @@ Generator); the host reads back only the chosen token id. A decode step replays 
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 import operator
 import time
@@ -112,6 +113,8 @@ class DecoderLM:
             self._logit_row = self._logit_buf[:cfg.vocab].reshape(1, cfg.vocab)
         self.timer = None  # set by profile_step(): called with a family name after each op
         self._dec = None  # the decode step's buffers and xe2rt.bind plans, made at the first decode step
+        self._busy = None  # the call running now (_exclusive)
+        self.step_seconds: list = []  # seconds of each step of the latest generate: [prompt + first token, decode...]
         self._argmax = None
         self._host_argmax = (np.empty(1, np.int32), np.empty(max(self._arg_rows, 1), np.int32))
         # positions come from our own arange: the op's optional readback check of them would wait every step
@@ -349,8 +352,23 @@ class DecoderLM:
     def logits(self, ids) -> np.ndarray:
         """float32 [T, V]: the logits of every prompt position, computed from an empty cache."""
         a = self._check_ids(ids)
-        tok = dpnp.asarray(a, sycl_queue=self.queue)
-        return dpnp.asnumpy(self._forward(tok, 0, False)).astype(np.float32)
+        with self._exclusive("logits"):
+            tok = dpnp.asarray(a, sycl_queue=self.queue)
+            return dpnp.asnumpy(self._forward(tok, 0, False)).astype(np.float32)
+
+    @contextlib.contextmanager
+    def _exclusive(self, op: str):
+        """One call at a time per model: a call made while another runs (from generate's stream callback, or another
+        thread) would overwrite the KV cache the running one decodes from."""
+        if self._busy is not None:
+            raise InputError(f"{op}: this model is in the middle of {self._busy} (called from its stream callback, or "
+                             f"from another thread); its KV cache belongs to that call: call {op} after it returns, "
+                             f"or load a second model")
+        self._busy = op
+        try:
+            yield
+        finally:
+            self._busy = None
 
     def generate(self, ids, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  seed=None, stop=None, stream=None, return_logits: bool = False):
@@ -388,31 +406,32 @@ class DecoderLM:
         if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))
                                  or seed < 0):
             raise InputError(f"generate: seed must be None or an int >= 0 (numpy's default_rng seed), got {seed!r}")
-        rng = np.random.default_rng(seed)
-        out, kept = [], []
-        self.step_seconds = []
-        if max_new_tokens == 0:
-            return (np.zeros(0, np.int32), np.zeros((0, self.cfg.vocab), np.float32)) if return_logits else \
-                np.zeros(0, np.int32)
-        t0 = time.perf_counter()
-        logits = self._forward(dpnp.asarray(a, sycl_queue=self.queue), 0, True)
-        pos = a.size
-        while True:
-            if return_logits:
-                kept.append(dpnp.asnumpy(logits[0]).astype(np.float32))
-            token = self._choose(logits, temperature, top_k, top_p, rng)  # the one readback of a step
-            t1 = time.perf_counter()
-            self.step_seconds.append(t1 - t0)
-            t0 = t1
-            out.append(token)
-            if stream is not None:
-                stream(token)
-            if len(out) == max_new_tokens or token in stops:
-                break
-            logits = self._decode(token, pos)
-            pos += 1
-        tokens = np.asarray(out, np.int32)
-        return (tokens, np.stack(kept)) if return_logits else tokens
+        with self._exclusive("generate"):
+            rng = np.random.default_rng(seed)
+            out, kept = [], []
+            self.step_seconds = []
+            if max_new_tokens == 0:
+                return (np.zeros(0, np.int32), np.zeros((0, self.cfg.vocab), np.float32)) if return_logits else \
+                    np.zeros(0, np.int32)
+            t0 = time.perf_counter()
+            logits = self._forward(dpnp.asarray(a, sycl_queue=self.queue), 0, True)
+            pos = a.size
+            while True:
+                if return_logits:
+                    kept.append(dpnp.asnumpy(logits[0]).astype(np.float32))
+                token = self._choose(logits, temperature, top_k, top_p, rng)  # the one readback of a step
+                t1 = time.perf_counter()
+                self.step_seconds.append(t1 - t0)
+                t0 = t1
+                out.append(token)
+                if stream is not None:
+                    stream(token)
+                if len(out) == max_new_tokens or token in stops:
+                    break
+                logits = self._decode(token, pos)
+                pos += 1
+            tokens = np.asarray(out, np.int32)
+            return (tokens, np.stack(kept)) if return_logits else tokens
 
     def _choose(self, logits, temperature, top_k, top_p, rng) -> int:
         """The next token, chosen on the device from logits [1, V]; only the choice is read back."""
@@ -506,32 +525,35 @@ class DecoderLM:
         """Seconds per kernel family of a decode step after the prompt `ids`, each op timed on its own (the queue
         waited for after every op, so the parts add up to more than an unsynchronized step)."""
         a = self._check_ids(ids)
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise InputError(f"profile_step: steps must be an int >= 1, got {steps!r}")
         if a.size + steps > self.max_tokens:
             raise InputError(f"profile_step: prompt + steps exceeds max_tokens = {self.max_tokens}")
-        times: dict = {}
-        logits = self._forward(dpnp.asarray(a, sycl_queue=self.queue), 0, True)
-        token = self._choose(logits, 0.0, 0, 1.0, None)
-        self.queue.wait()
-        last = [time.perf_counter()]
-
-        def timer(family):
+        with self._exclusive("profile_step"):
+            times: dict = {}
+            logits = self._forward(dpnp.asarray(a, sycl_queue=self.queue), 0, True)
+            token = self._choose(logits, 0.0, 0, 1.0, None)
             self.queue.wait()
-            now = time.perf_counter()
-            times[family] = times.get(family, 0.0) + now - last[0]
-            last[0] = now
+            last = [time.perf_counter()]
 
-        self._decode_plans()  # bound before timing: binding is a one-off, not part of a step
-        self.queue.wait()
-        last[0] = time.perf_counter()
-        self.timer = timer
-        try:
-            for s in range(steps):
-                logits = self._decode(token, a.size + s)
-                token = self._choose(logits, 0.0, 0, 1.0, None)
-                timer("argmax readback")
-        finally:
-            self.timer = None
-        return {k: v / steps for k, v in times.items()}
+            def timer(family):
+                self.queue.wait()
+                now = time.perf_counter()
+                times[family] = times.get(family, 0.0) + now - last[0]
+                last[0] = now
+
+            self._decode_plans()  # bound before timing: binding is a one-off, not part of a step
+            self.queue.wait()
+            last[0] = time.perf_counter()
+            self.timer = timer
+            try:
+                for s in range(steps):
+                    logits = self._decode(token, a.size + s)
+                    token = self._choose(logits, 0.0, 0, 1.0, None)
+                    timer("argmax readback")
+            finally:
+                self.timer = None
+            return {k: v / steps for k, v in times.items()}
 
     def decode(self, tokens) -> str:
         if self.tokenizer is None:
