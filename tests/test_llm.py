@@ -224,3 +224,55 @@ def test_one_call_at_a_time(model):
 def test_step_seconds_before_any_generate(queue, tmp_path):
     folder = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=1, seed=4)
     assert llm.load(folder, queue=queue, max_tokens=16, progress=False).step_seconds == []
+
+
+class _Draw:
+    """A stand-in for numpy's Generator whose one draw per token is given."""
+    def __init__(self, u):
+        self.u = u
+
+    def random(self):
+        return self.u
+
+
+def _reference_choice(logits, temperature, top_k, top_p, u):
+    """The sampling rule in float64 on the host: vocabulary order for plain temperature; otherwise sorted descending,
+    the top_k, then the smallest prefix whose mass reaches top_p (of the top-k mass, or of the whole vocabulary)."""
+    x = logits.astype(np.float64)
+    if top_k == 0 and top_p >= 1:
+        order = np.arange(x.size)
+    else:
+        order = np.argsort(-x, kind="stable")
+    v = x[order][:top_k or None]
+    p = np.exp((v - v.max()) / temperature)
+    if top_p < 1:
+        c = np.cumsum(p)
+        total = c[-1] if top_k else np.exp((x - v.max()) / temperature).sum()
+        p = np.where(c - p < top_p * total, p, 0)
+    return order, p
+
+
+def test_sampling_rule_matches_the_host_reference(queue, tmp_path):
+    """The device sampler (vocabulary order for plain temperature; the per-row top-16 candidates when they provably
+    hold the kept set; the full sort otherwise) chooses what the float64 rule chooses for a given uniform draw, on a
+    peaked and on a flat distribution (where the candidates cannot be proved to hold the nucleus). A vocabulary of
+    2500 tokens: five rows of candidates."""
+    import dpnp
+    config = dict(rnd.shipped_config("tiny-llama"), vocab_size=2500, num_hidden_layers=1)
+    model = llm.load(rnd.write(config, tmp_path / "m", fmt="fp16", seed=3), queue=queue, max_tokens=16,
+                     progress=False)
+    v = model.cfg.vocab
+    assert model._arg_rows == 5
+    rng = np.random.default_rng(11)
+    values = np.linspace(-6, 6, v).astype(np.float16)
+    assert np.unique(values).size == v  # distinct: no tie rule involved
+    for logits in (rng.permutation(values), (rng.permutation(values) / 8).astype(np.float16)):
+        model._logit_row[...] = dpnp.asarray(logits.reshape(1, v), sycl_queue=model.queue)
+        for temperature, top_k, top_p in ((0.7, 0, 1.0), (1.0, 5, 1.0), (0.8, 20, 1.0), (0.5, 0, 0.9),
+                                          (1.3, 0, 0.95), (0.9, 12, 0.8), (2.0, 600, 0.99)):
+            order, p = _reference_choice(logits, temperature, top_k, top_p, None)
+            cdf = np.cumsum(p)
+            for j in rng.choice(np.flatnonzero(p > 1e-3 * p.max()), size=3):
+                u = (cdf[j] - p[j] / 2) / cdf[-1]  # the middle of token order[j]'s interval
+                got = model._choose(model._logit_row, temperature, top_k, top_p, _Draw(u))
+                assert got == order[j], (temperature, top_k, top_p, u, got, order[j])
