@@ -276,3 +276,25 @@ def test_sampling_rule_matches_the_host_reference(queue, tmp_path):
                 u = (cdf[j] - p[j] / 2) / cdf[-1]  # the middle of token order[j]'s interval
                 got = model._choose(model._logit_row, temperature, top_k, top_p, _Draw(u))
                 assert got == order[j], (temperature, top_k, top_p, u, got, order[j])
+            # a draw that rounds to 1 in fp32 still picks a kept token (it took the last of the order, p = 0)
+            got = model._choose(model._logit_row, temperature, top_k, top_p, _Draw(1 - 2**-30))
+            assert p[list(order).index(got)] > 0, (temperature, top_k, top_p, got)
+
+    # several of the top_k in one row of candidates: the top_p mass must be that of the true top_k (the kept set
+    # was {0, 1, 2} instead of the rule's 8 tokens)
+    logits = np.zeros(v, np.float16)
+    logits[0], logits[1:40] = 10, 9 - 0.025 * np.arange(39)
+    model._logit_row[...] = dpnp.asarray(logits.reshape(1, v), sycl_queue=model.queue)
+    order, p = _reference_choice(logits, 1.0, 40, 0.3, None)
+    assert np.count_nonzero(p) == 8
+    cdf = np.cumsum(p)
+    for j in range(8):
+        got = model._choose(model._logit_row, 1.0, 40, 0.3, _Draw((cdf[j] - p[j] / 2) / cdf[-1]))
+        assert got == order[j], (j, got)
+    # a +inf or NaN logit: the token greedy decoding picks, in every sampling mode (inf - inf made the cdf NaN)
+    for bad in (np.inf, np.nan):
+        logits = rng.permutation(values)
+        logits[1234] = bad
+        model._logit_row[...] = dpnp.asarray(logits.reshape(1, v), sycl_queue=model.queue)
+        for top_k, top_p in ((0, 1.0), (5, 1.0), (0, 0.9), (40, 0.9)):
+            assert model._choose(model._logit_row, 1.0, top_k, top_p, _Draw(0.5)) == 1234

@@ -460,47 +460,65 @@ class DecoderLM:
                 r = int(host_row[0])
                 return r * ARG_ROW + int(host_idx[r])
             return int(dpnp.asnumpy(dpnp.argmax(logits[0])))
-        u = np.float32(rng.random())  # one draw per token, whichever path below chooses it
+        u = min(np.float32(rng.random()), np.float32(1 - 2**-24))  # one draw per token; below 1 also in fp32
         t = np.float32(temperature)
+        m = float(dpnp.asnumpy(dpnp.max(logits[0])))
+        if np.isnan(m) or m == np.inf:  # a NaN or +inf logit: the token greedy decoding picks (the limit)
+            return int(dpnp.asnumpy(dpnp.argmax(logits[0])))
         if top_k == 0 and top_p >= 1:  # the categorical in vocabulary order: no sort needed
-            row = logits[0].astype(np.float32)
-            shifted = (row - dpnp.max(row)) / t
-            self.queue.wait()  # before dpnp.exp: see below
-            cdf = dpnp.cumsum(dpnp.exp(shifted))
-            j = dpnp.searchsorted(cdf, cdf[-1:] * u, side="right")
-            return int(dpnp.asnumpy(dpnp.minimum(j, row.shape[0] - 1))[0])
+            p = self._exp_shifted(logits[0].astype(np.float32), np.float32(m), t)
+            return int(dpnp.asnumpy(self._inverse_cdf(dpnp.cumsum(p), u))[0])
         if self._arg_rows and logits is self._logit_row:
             token = self._sample_candidates(t, top_k, top_p, u)
             if token is not None:
                 return token
         row = logits[0].astype(np.float32)
-        order = dpnp.argsort(-row)  # the order does not depend on the temperature
+        order = dpnp.argsort(row, descending=True)  # the order does not depend on the temperature
         if top_k:
             order = order[:top_k]
         vals = row[order]
-        # (v - max) / temperature <= 0 before the exponential: no overflow at any temperature (logits / 1e-39 was inf,
-        # then NaN). The queue is drained first: dpnp.exp (oneMKL's VM path) on an in-order queue with kernels still
-        # queued deadlocked here (dpnp 0.20, dpctl 0.22.1; the default queue of load() is in-order).
-        shifted = (vals - vals[0]) / np.float32(temperature)
+        p, _ = self._nucleus(self._exp_shifted(vals, vals[0], t), top_k, top_p, None)
+        return int(dpnp.asnumpy(order[self._inverse_cdf(dpnp.cumsum(p), u)])[0])
+
+    def _vm(self, fn, *args):
+        """fn(*args) from a drained queue, for dpnp's functions that run on oneMKL VM on the CPU device (add,
+        subtract, multiply, divide, exp): VM waits for its dependencies holding the GIL, and a dependency may be
+        the host task by which an earlier dpnp call releases its arguments, which needs the GIL: a deadlock (seen
+        with dpnp 0.20, dpctl 0.22.1, once per tens to hundreds of sampled tokens)."""
         self.queue.wait()
-        p = dpnp.exp(shifted)
-        if top_p < 1:
-            c = dpnp.cumsum(p)
-            # keep until the mass before reaches top_p; a top_p below fp32's smallest normal (0 in fp32) would keep
-            # nothing, so it is raised to it: the most likely token stays, as with any small top_p
-            keep = np.float32(max(top_p, np.finfo(np.float32).tiny))
-            p = dpnp.where(c - p < keep * c[-1], p, 0)
-        cdf = dpnp.cumsum(p)
-        j = dpnp.searchsorted(cdf, cdf[-1:] * u, side="right")
-        j = dpnp.minimum(j, order.shape[0] - 1)
-        return int(dpnp.asnumpy(order[j])[0])
+        return fn(*args)
+
+    def _exp_shifted(self, x, top, t):
+        """exp((x - top) / t) in fp32: (x - top) / t <= 0 for top the largest, so no overflow at any temperature
+        (logits / 1e-39 was inf, then NaN)."""
+        return self._vm(dpnp.exp, self._vm(dpnp.divide, self._vm(dpnp.subtract, x, top), t))
+
+    def _nucleus(self, p, top_k: int, top_p: float, total):
+        """(p with the tokens past the top_p prefix zeroed, the number kept) for p in descending order of the
+        logits; the mass is that of the top_k given when top_k is set (as transformers applies top_p after top_k),
+        else `total` (the whole vocabulary's). A top_p below fp32's smallest normal (0 in fp32) would keep nothing,
+        so it is raised to it: the most likely token stays, as with any small top_p."""
+        if top_p >= 1:
+            return p, None
+        c = dpnp.cumsum(p)
+        limit = self._vm(dpnp.multiply, c[-1] if top_k or total is None else total,
+                         np.float32(max(top_p, np.finfo(np.float32).tiny)))
+        keep = self._vm(dpnp.subtract, c, p) < limit  # the mass before a token is still short of top_p
+        return dpnp.where(keep, p, 0), dpnp.sum(keep)
+
+    def _inverse_cdf(self, cdf, u):
+        """The index i with cdf[i - 1] <= u cdf[-1] < cdf[i]: a one-element index array. Never past the last token
+        of nonzero probability, even when u cdf[-1] rounds to cdf[-1]."""
+        total = cdf[-1:]
+        j = dpnp.searchsorted(cdf, self._vm(dpnp.multiply, total, u), side="right")
+        return dpnp.minimum(j, dpnp.searchsorted(cdf, total, side="left"))
 
     def _sample_candidates(self, t, top_k: int, top_p: float, u):
         """top_k / top_p sampling from the CANDIDATES largest logits of each row of ARG_ROW (one xe2rt.topk launch)
         instead of a sort of the whole vocabulary (15 ms a token for 128K tokens on the 2-core CPU device). No token
-        outside the candidates exceeds `floor`, the largest of the rows' last candidates, so when the kept set ends
-        above it, it holds exactly the tokens the full sort would keep, and the choice is the same. None otherwise
-        (a flat distribution, or ties at the floor): the caller then sorts everything."""
+        outside the candidates exceeds `floor`, the largest of the rows' last candidates, so when the top_k set and
+        the kept prefix end above it, they hold exactly the tokens the full sort would keep, and the choice is the
+        same. None otherwise (a flat distribution, ties at the floor): the caller then sorts everything."""
         import xe2rt
         rows = self._arg_rows
         if top_k > rows * CANDIDATES:
@@ -508,30 +526,24 @@ class DecoderLM:
         q = self.queue
         vals, idx = xe2rt.topk(self._logit_buf.reshape(rows, ARG_ROW), CANDIDATES)  # per row, descending
         floor = dpnp.max(vals[:, CANDIDATES - 1]).astype(np.float32)
-        ids = (idx + dpnp.arange(0, rows * ARG_ROW, ARG_ROW, dtype=np.int32, sycl_queue=q).reshape(rows, 1))
+        ids = idx + dpnp.arange(0, rows * ARG_ROW, ARG_ROW, dtype=np.int32, sycl_queue=q).reshape(rows, 1)
         v = vals.reshape(-1).astype(np.float32)
-        order = dpnp.argsort(-v)
+        order = dpnp.argsort(v, descending=True)
         sv, sid = v[order], ids.reshape(-1)[order]
         if top_k:
             sv, sid = sv[:top_k], sid[:top_k]
-        shifted = (sv - sv[0]) / t
-        q.wait()  # before dpnp.exp (the deadlock noted in _choose)
-        p = dpnp.exp(shifted)
-        last = sv[-1]  # the smallest value the rule keeps
-        if top_p < 1:
-            c = dpnp.cumsum(p)
+        exact = sv[-1] > floor  # the whole top_k set (or, with top_k 0, the candidates) known
+        total = None
+        if top_p < 1 and not top_k:  # the whole vocabulary's mass
+            total = dpnp.sum(self._exp_shifted(self._logit_row[0].astype(np.float32), sv[0], t))
+        p, kept = self._nucleus(self._exp_shifted(sv, sv[0], t), top_k, top_p, total)
+        if kept is not None:
+            exact = sv[dpnp.maximum(kept - 1, 0)] > floor  # the kept prefix ends above every other token
             if top_k:
-                total = c[-1]  # top_p of the top-k mass, as the sort path (and transformers) apply it
-            else:
-                row = self._logit_row[0].astype(np.float32)
-                total = dpnp.sum(dpnp.exp((row - sv[0]) / t))  # the whole vocabulary's mass
-            keep = (c - p) < np.float32(max(top_p, np.finfo(np.float32).tiny)) * total
-            p = dpnp.where(keep, p, 0)
-            last = sv[dpnp.maximum(dpnp.sum(keep) - 1, 0)]
-        cdf = dpnp.cumsum(p)
-        j = dpnp.minimum(dpnp.searchsorted(cdf, cdf[-1:] * u, side="right"), sv.shape[0] - 1)
-        token, exact = dpnp.asnumpy(dpnp.concatenate([sid[j], (last > floor).astype(np.int32).reshape(1)]))
-        return int(token) if exact else None
+                exact = exact & (sv[-1] > floor)
+        j = self._inverse_cdf(dpnp.cumsum(p), u)
+        token, ok = dpnp.asnumpy(dpnp.concatenate([sid[j], exact.astype(np.int32).reshape(1)]))
+        return int(token) if ok else None
 
     # ----------------------------------------------------------------------------------------------- tools
     def reference_weights(self) -> dict:
