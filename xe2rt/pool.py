@@ -46,6 +46,13 @@ class _PooledMemory(dpctl.memory.MemoryUSMDevice):
             home.append((self._base, self._address))
 
 
+def _handle(base, address: int, free) -> _PooledMemory:
+    """A new handle on pooled allocation `base` (at `address`), which returns to `free` when collected."""
+    memory = _PooledMemory(base)
+    memory._base, memory._address, memory._home = base, address, free
+    return memory
+
+
 GROUP_ALIGNMENT = 128  # bytes between the start of the allocation and each output of a group, rounded up to this
 
 
@@ -121,9 +128,7 @@ class OutputPool:
         base, address, free = self._acquire(spec)
         if free is None:  # not pooled: the array owns the allocation
             return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, base)), address
-        memory = _PooledMemory(base)
-        memory._base, memory._address, memory._home = base, address, free
-        return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, memory)), address
+        return _wrap(_usm_ndarray(spec.shape, spec.typestr, None, _handle(base, address, free))), address
 
     def group_spec(self, parts, queue: dpctl.SyclQueue) -> OutputSpec:
         """What `take_group` needs to hand out one array per (shape, dtype) of `parts`, all in one allocation (each
@@ -145,11 +150,7 @@ class OutputPool:
     def _take_group(self, spec: OutputSpec, into: list) -> int:
         """Append take_group's arrays to `into`; return the allocation's address."""
         base, address, free = self._acquire(spec)
-        if free is None:
-            memory = base
-        else:
-            memory = _PooledMemory(base)
-            memory._base, memory._address, memory._home = base, address, free
+        memory = base if free is None else _handle(base, address, free)
         for shape, typestr, _, element_offset in spec.layout:
             into.append(_wrap(_usm_ndarray(shape, typestr, None, memory, element_offset)))
         return address

@@ -25,12 +25,16 @@ def usm_view(a):
     return None
 
 
+def _not_a_device_array(op: str, name: str, a) -> InputTypeError:
+    return InputTypeError(f"{op}: {name} must be a dpnp array on a SYCL device, got {type(a).__name__}; "
+                          f"use dpnp.asarray({name})")
+
+
 def device_array(op: str, name: str, a, *, dtypes: Iterable, ndims: Iterable[int]) -> None:
     """a is a dpnp array with one of `dtypes`, one of `ndims` dimensions, and C-contiguous."""
     u = usm_view(a)
     if u is None:
-        raise InputTypeError(f"{op}: {name} must be a dpnp array on a SYCL device, got {type(a).__name__}; "
-                             f"use dpnp.asarray({name})")
+        raise _not_a_device_array(op, name, a)
     if u.dtype not in dtypes:
         allowed = " or ".join(str(np.dtype(d)) for d in dtypes)
         raise InputTypeError(f"{op}: {name} must be {allowed}, got {np.dtype(u.dtype)}")
@@ -72,8 +76,7 @@ def same_queue(op: str, **arrays) -> dpctl.SyclQueue:
         if a is None:
             continue
         if not hasattr(a, "sycl_queue"):  # checked here too: ops may compare queues before checking each array
-            raise InputTypeError(f"{op}: {name} must be a dpnp array on a SYCL device, got {type(a).__name__}; "
-                                 f"use dpnp.asarray({name})")
+            raise _not_a_device_array(op, name, a)
         if queue is None:
             first_name, queue = name, a.sycl_queue
             continue

@@ -532,15 +532,13 @@ class DecoderLM:
         sv, sid = v[order], ids.reshape(-1)[order]
         if top_k:
             sv, sid = sv[:top_k], sid[:top_k]
-        exact = sv[-1] > floor  # the whole top_k set (or, with top_k 0, the candidates) known
         total = None
         if top_p < 1 and not top_k:  # the whole vocabulary's mass
             total = dpnp.sum(self._exp_shifted(self._logit_row[0].astype(np.float32), sv[0], t))
         p, kept = self._nucleus(self._exp_shifted(sv, sv[0], t), top_k, top_p, total)
-        if kept is not None:
-            exact = sv[dpnp.maximum(kept - 1, 0)] > floor  # the kept prefix ends above every other token
-            if top_k:
-                exact = exact & (sv[-1] > floor)
+        # with top_k, the whole top_k set above the floor (the kept prefix lies inside it); without (top_p < 1 then),
+        # the kept prefix
+        exact = (sv[-1] if top_k else sv[dpnp.maximum(kept - 1, 0)]) > floor
         j = self._inverse_cdf(dpnp.cumsum(p), u)
         token, ok = dpnp.asnumpy(dpnp.concatenate([sid[j], exact.astype(np.int32).reshape(1)]))
         return int(token) if ok else None
