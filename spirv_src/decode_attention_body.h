@@ -205,26 +205,7 @@ INLINE float hmax16(float16 v)
     const float2 c = b.lo > b.hi ? b.lo : b.hi;
     return c.s0 > c.s1 ? c.s0 : c.s1;
 }
-/* 2^x for x <= 0 inline (the library exp2 is a call, after which every live vector is reloaded from the stack):
- * x = n + f with n = floor(x), f in [0, 1), 2^f by a degree-6 polynomial (a least-squares fit of the relative
- * error; evaluated in fp32 at most 9e-8 off, about one rounding), times 2^n built in the exponent field.
- * x < -126 (including -inf, masked tokens) gives exactly 0; NaN gives NaN (both compares are false for it), so a NaN
- * score, or a +inf one (inf - inf), makes its head's output NaN as in the float64 reference. */
-INLINE float16 exp2_nonpos(float16 x)
-{
-    const float16 xc = x < (float16)(-126.0f) ? (float16)(-126.0f) : x;
-    const float16 n = floor(xc);
-    const float16 f = xc - n;
-    float16 p = (float16)2.161380825e-4f;
-    p = fma(p, f, (float16)1.246737638e-3f);
-    p = fma(p, f, (float16)9.675532627e-3f);
-    p = fma(p, f, (float16)5.548522016e-2f);
-    p = fma(p, f, (float16)2.402293251e-1f);
-    p = fma(p, f, (float16)6.931470423e-1f);
-    p = fma(p, f, (float16)1.0f);
-    const float16 r = p * as_float16((convert_int16(n) + 127) << 23);
-    return x < (float16)(-126.0f) ? (float16)0.0f : r;
-}
+#include "exp2_cpu.h"
 #endif
 
 /* Q K^T for `ch` heads (qv and s4 at their first head) over the block at kblk: each K row is converted once and

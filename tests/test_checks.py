@@ -8,7 +8,7 @@ from xe2rt import checks
 
 from conftest import skip_unless_vnni
 
-FULL = ["gemv_fp16", "gemv_w8a16", "gemv_w4a16", "moe_ffn_w4a16"]
+FULL = ["gemv_fp16", "gemv_w8a16", "gemv_w4a16", "moe_ffn_w4a16", "softmax_stats"]
 CASES = [(c, t) for f in FULL for c in checks.checks_of(f) for t in c.targets]
 QUICK = [(c, "cpu") for f in ("gemm_fp16", "softmax_topk") for c in checks.checks_of(f, quick=True)
          if "cpu" in c.targets]
@@ -38,6 +38,7 @@ def test_every_family_has_checks():
     """Every shipped op family has a checks module the selftest runs (a new family without one is not proven)."""
     have = set(checks.families())
     for family in ("gemv_fp16", "gemv_w8a16", "gemv_w4a16", "gemm_fp16", "softmax_topk", "moe_ffn_w4a16",
-                   "decoder_small", "decode_attention", "prefill_attention", "gemm_w4a16", "builtins", "llm"):
+                   "decoder_small", "decode_attention", "prefill_attention", "gemm_w4a16", "builtins", "llm",
+                   "softmax_stats"):
         assert family in have, family
         assert checks.checks_of(family, quick=True), family

@@ -31,6 +31,7 @@ from .ops import decoder_small as _decoder_small  # noqa: E402
 from .ops import decode_attention as _decode_attention  # noqa: E402
 from .ops import prefill_attention as _prefill_attention  # noqa: E402
 from .ops import gemm_w4a16 as _gemm_w4a16  # noqa: E402
+from .ops import softmax_stats as _softmax_stats  # noqa: E402
 
 # The public ops: each call checked as the op checks it; warm calls replayed (xe2rt.fastcall).
 gemm_fp16 = _cached(_gemm_fp16.gemm_fp16)
@@ -40,6 +41,7 @@ gemv_w4a16 = _cached(_gemv_w4a16.gemv_w4a16)
 gemv_w8a16 = _cached(_gemv_w8a16.gemv_w8a16)
 softmax_topk = _cached(_routing.softmax_topk)
 topk = _cached(_routing.topk)
+softmax_stats = _cached(_softmax_stats.softmax_stats)
 # moe allocates temporaries (routing metadata, per-pair activations) on every call: not replayable, not wrapped.
 moe_ffn_w4a16 = _moe.moe_ffn_w4a16
 moe_layer = _moe.moe_layer
@@ -61,7 +63,7 @@ from .warmup import warmup  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "info", "target_for", "__version__", "bind", "Plan", "warmup",
+    "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "softmax_stats", "info", "target_for", "__version__", "bind", "Plan", "warmup",
     "gemv_w4a16", "gemv_w8a16", "gemm_w4a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8",
     "from_gptq", "from_awq",
     "moe_ffn_w4a16", "moe_layer", "QuantizedW4Experts", "quantize_w4_experts", "experts_from_gptq",

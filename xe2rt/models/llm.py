@@ -43,6 +43,13 @@ ARG_ROW = 512  # xe2rt.topk's largest row (N_MAX)
 CANDIDATES = 16  # xe2rt.topk's largest k: the sampling candidates per row of ARG_ROW logits
 
 
+def _inverse_cdf_host(p: np.ndarray, u: float) -> int:
+    """The index i with c[i - 1] <= u c[-1] < c[i] for c = cumsum(p) (p >= 0, float64, some p > 0): token i of a
+    categorical with weights p for a draw u in [0, 1); never past the last index of nonzero weight."""
+    c = np.cumsum(p)
+    return min(int(np.searchsorted(c, u * c[-1], side="right")), int(np.flatnonzero(p)[-1]))
+
+
 def _op(name: str):
     import importlib
     import xe2rt
@@ -117,6 +124,8 @@ class DecoderLM:
         self._busy = None  # the call running now (_exclusive)
         self.step_seconds: list = []  # seconds of each step of the latest generate: [prompt + first token, decode...]
         self._argmax = None
+        self._stats = None  # (temperature, its softmax_stats plan, the plan's output memory, a host array)
+        self._candidates = None  # the topk plan of the sampling candidates, its outputs' memory, host arrays
         self._host_argmax = (np.empty(1, np.int32), np.empty(max(self._arg_rows, 1), np.int32))
         # positions come from our own arange: the op's optional readback check of them would wait every step
         import inspect
@@ -462,16 +471,17 @@ class DecoderLM:
             return int(dpnp.asnumpy(dpnp.argmax(logits[0])))
         u = min(np.float32(rng.random()), np.float32(1 - 2**-24))  # one draw per token; below 1 also in fp32
         t = np.float32(temperature)
-        m = float(dpnp.asnumpy(dpnp.max(logits[0])))
-        if np.isnan(m) or m == np.inf:  # a NaN or +inf logit: the token greedy decoding picks (the limit)
-            return int(dpnp.asnumpy(dpnp.argmax(logits[0])))
-        if top_k == 0 and top_p >= 1:  # the categorical in vocabulary order: no sort needed
-            p = self._exp_shifted(logits[0].astype(np.float32), np.float32(m), t)
-            return int(dpnp.asnumpy(self._inverse_cdf(dpnp.cumsum(p), u))[0])
-        if self._arg_rows and logits is self._logit_row:
-            token = self._sample_candidates(t, top_k, top_p, u)
+        if self._arg_rows and logits is self._logit_row and t >= np.finfo(np.float32).tiny:
+            token = self._sample_rows(float(t), top_k, top_p, float(u))
             if token is not None:
-                return token
+                return token if token >= 0 else int(dpnp.asnumpy(dpnp.argmax(logits[0])))
+        else:
+            m = float(dpnp.asnumpy(dpnp.max(logits[0])))
+            if np.isnan(m) or m == np.inf:  # a NaN or +inf logit: the token greedy decoding picks (the limit)
+                return int(dpnp.asnumpy(dpnp.argmax(logits[0])))
+            if top_k == 0 and top_p >= 1:  # the categorical in vocabulary order: no sort needed
+                p = self._exp_shifted(logits[0].astype(np.float32), np.float32(m), t)
+                return int(dpnp.asnumpy(self._inverse_cdf(dpnp.cumsum(p), u))[0])
         row = logits[0].astype(np.float32)
         order = dpnp.argsort(row, descending=True)  # the order does not depend on the temperature
         if top_k:
@@ -479,6 +489,88 @@ class DecoderLM:
         vals = row[order]
         p, _ = self._nucleus(self._exp_shifted(vals, vals[0], t), top_k, top_p, None)
         return int(dpnp.asnumpy(order[self._inverse_cdf(dpnp.cumsum(p), u)])[0])
+
+    def _read_back(self, pairs) -> None:
+        """Copy each (device memory, host array) pair into its host array, all in one wait (queue.memcpy_async: about
+        15 us against about 50 us per dpnp.asnumpy)."""
+        q = self.queue
+        deps = [] if q.is_in_order else dpctl.utils.SequentialOrderManager[q].submitted_events
+        dpctl.SyclEvent.wait_for([q.memcpy_async(h, mem, h.nbytes, deps) for mem, h in pairs])
+
+    def _sample_rows(self, t: float, top_k: int, top_p: float, u: float) -> int | None:
+        """A sampled token from the logits buffer's rows of ARG_ROW: the device makes the one pass over the
+        vocabulary (xe2rt.softmax_stats: each row's maximum m_r and sum s_r of exp((x - m_r) / t); with top_k or
+        top_p also xe2rt.topk: each row's CANDIDATES largest logits), and the host chooses in float64 from what it
+        reads back (8 bytes a row, plus 96 with candidates: 26 KB for 128K tokens). With M the largest m_r, row r
+        holds the mass w_r = s_r exp((m_r - M) / t) of the categorical softmax(logits / t).
+          - temperature alone: the draw picks the row by the w_r, then that row's ARG_ROW logits are read back and the
+            rest of the draw picks the token in it;
+          - top_k / top_p: no token outside the candidates exceeds `floor`, the largest of the rows' last candidates,
+            so when the top_k set (with top_k) or the kept top_p prefix (without) ends above it, the candidates hold
+            exactly the tokens a full sort keeps, and the choice is the same; the top_p mass without top_k is the
+            vocabulary's, the sum of the w_r.
+        -1 when a logit is NaN or +inf, or all are -inf (the caller then picks as greedy decoding does); None when the
+        candidates cannot be shown to hold the kept set (a flat distribution, ties at the floor): the caller sorts."""
+        import xe2rt
+        rows = self._arg_rows
+        grid = self._logit_buf.reshape(rows, ARG_ROW)
+        if self._stats is None or self._stats[0] != t:
+            plan = xe2rt.bind(xe2rt.softmax_stats, grid, temperature=t)
+            self._stats = (t, plan, launch.memory_at(plan.result.get_array()), np.empty((rows, 2), np.float32))
+        _, stats, stats_memory, host_stats = self._stats
+        stats()
+        pairs = [(stats_memory, host_stats)]
+        want_candidates = bool(top_k) or top_p < 1
+        if want_candidates:
+            if self._candidates is None:
+                plan = xe2rt.bind(xe2rt.topk, grid, CANDIDATES)
+                self._candidates = (plan, launch.memory_at(plan.result[0].get_array()),
+                                    launch.memory_at(plan.result[1].get_array()),
+                                    np.empty((rows, CANDIDATES), np.float16), np.empty((rows, CANDIDATES), np.int32))
+            plan, val_memory, idx_memory, host_vals, host_idx = self._candidates
+            plan()
+            pairs += [(val_memory, host_vals), (idx_memory, host_idx)]
+        self._t("sample")
+        self._read_back(pairs)
+        m, s = host_stats[:, 0].astype(np.float64), host_stats[:, 1].astype(np.float64)
+        big = m.max()
+        if np.isnan(s).any() or np.isnan(m).any() or big == np.inf or big == -np.inf:
+            return -1
+        with np.errstate(under="ignore"):
+            w = s * np.exp((m - big) / t)
+        if not want_candidates:
+            cw = np.cumsum(w)
+            r = min(int(np.searchsorted(cw, u * cw[-1], side="right")), int(np.flatnonzero(w)[-1]))
+            rest = min(max((u * cw[-1] - (cw[r - 1] if r else 0.0)) / w[r], 0.0), 1.0)
+            row = np.empty(ARG_ROW, np.float16)
+            self._read_back([(launch.memory_at(grid[r].get_array()), row)])
+            x = row.astype(np.float64)
+            with np.errstate(invalid="ignore", under="ignore"):
+                e = np.where(x == m[r], 1.0, np.exp((x - m[r]) / t))
+            return r * ARG_ROW + _inverse_cdf_host(e, rest)
+        vals = host_vals.astype(np.float64)
+        ids = host_idx + np.arange(0, rows * ARG_ROW, ARG_ROW, dtype=np.int32)[:, None]
+        floor = vals[:, -1].max()
+        real = ids < self.cfg.vocab
+        v, i = vals[real], ids[real]
+        order = np.lexsort((i, -v))  # value descending, the lower id first on ties (topk's rule)
+        v, i = v[order], i[order]
+        if top_k:
+            if top_k > v.size:
+                return None
+            v, i = v[:top_k], i[:top_k]
+        with np.errstate(under="ignore"):
+            p = np.exp((v - big) / t)
+        kept = v.size
+        if top_p < 1:
+            mass = p.sum() if top_k else w.sum()
+            kept = int(np.count_nonzero(np.cumsum(p) - p < top_p * mass))  # the mass before a token short of top_p
+            if kept == v.size and not top_k:
+                return None
+            p = p[:kept]
+        if not (v[v.size - 1 if top_k else kept - 1] > floor):
+            return None
+        return int(i[_inverse_cdf_host(p, u)])
 
     def _vm(self, fn, *args):
         """fn(*args) from a drained queue, for dpnp's functions that run on oneMKL VM on the CPU device (add,
@@ -512,36 +604,6 @@ class DecoderLM:
         total = cdf[-1:]
         j = dpnp.searchsorted(cdf, self._vm(dpnp.multiply, total, u), side="right")
         return dpnp.minimum(j, dpnp.searchsorted(cdf, total, side="left"))
-
-    def _sample_candidates(self, t, top_k: int, top_p: float, u):
-        """top_k / top_p sampling from the CANDIDATES largest logits of each row of ARG_ROW (one xe2rt.topk launch)
-        instead of a sort of the whole vocabulary (15 ms a token for 128K tokens on the 2-core CPU device). No token
-        outside the candidates exceeds `floor`, the largest of the rows' last candidates, so when the top_k set and
-        the kept prefix end above it, they hold exactly the tokens the full sort would keep, and the choice is the
-        same. None otherwise (a flat distribution, ties at the floor): the caller then sorts everything."""
-        import xe2rt
-        rows = self._arg_rows
-        if top_k > rows * CANDIDATES:
-            return None
-        q = self.queue
-        vals, idx = xe2rt.topk(self._logit_buf.reshape(rows, ARG_ROW), CANDIDATES)  # per row, descending
-        floor = dpnp.max(vals[:, CANDIDATES - 1]).astype(np.float32)
-        ids = idx + dpnp.arange(0, rows * ARG_ROW, ARG_ROW, dtype=np.int32, sycl_queue=q).reshape(rows, 1)
-        v = vals.reshape(-1).astype(np.float32)
-        order = dpnp.argsort(v, descending=True)
-        sv, sid = v[order], ids.reshape(-1)[order]
-        if top_k:
-            sv, sid = sv[:top_k], sid[:top_k]
-        total = None
-        if top_p < 1 and not top_k:  # the whole vocabulary's mass
-            total = dpnp.sum(self._exp_shifted(self._logit_row[0].astype(np.float32), sv[0], t))
-        p, kept = self._nucleus(self._exp_shifted(sv, sv[0], t), top_k, top_p, total)
-        # with top_k, the whole top_k set above the floor (the kept prefix lies inside it); without (top_p < 1 then),
-        # the kept prefix
-        exact = (sv[-1] if top_k else sv[dpnp.maximum(kept - 1, 0)]) > floor
-        j = self._inverse_cdf(dpnp.cumsum(p), u)
-        token, ok = dpnp.asnumpy(dpnp.concatenate([sid[j], exact.astype(np.int32).reshape(1)]))
-        return int(token) if ok else None
 
     # ----------------------------------------------------------------------------------------------- tools
     def reference_weights(self) -> dict:

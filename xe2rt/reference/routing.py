@@ -1,4 +1,4 @@
-"""References for softmax_topk and topk, in float64 from the exact (already rounded) inputs, implementing the stated
+"""References for softmax_topk, topk and softmax_stats, in float64 from the exact (already rounded) inputs, implementing the stated
 rules exactly:
 
 Ordering: value descending; NaN ranks above +Inf (all NaNs equal); -0.0 == +0.0; equal values keep the lower index
@@ -46,6 +46,17 @@ def softmax_topk(x: np.ndarray, k: int, normalize: bool = True) -> tuple[np.ndar
     if normalize:
         p = p / np.sum(p, axis=-1, keepdims=True)
     return p, idx.astype(np.int32)
+
+
+def softmax_stats(x: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """float64 [rows, 2]: per row (m, s) with m = the maximum and s = sum(e), e_i = 1 where x_i == m, else
+    exp((x_i - m) / temperature) (the softmax rule above at a temperature). A row with a NaN gives (NaN, NaN)."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        m = np.max(x, axis=-1, keepdims=True)  # NaN when the row has a NaN
+        e = np.where(x == m, 1.0, np.exp((x - m) / float(temperature)))
+        s = np.sum(e, axis=-1)
+    return np.stack([np.where(np.isnan(s), np.nan, m[..., 0]), s], axis=-1)
 
 
 def tolerances(dtype) -> tuple[float, float]:
