@@ -27,7 +27,8 @@
  *                partner of component i is component i + D / 32 of the same lane, so the rotation is in-lane.
  *      silu_mul: a sub-group per (token, 128 outputs).
  *  - CPU: a work-item per row (rms_norm: vload_half16 along it, two sums of squares; the second pass reads s back
- *    when there is a residual), per (token, HC heads) sharing one cos/sin table (rope_kv, vload_half8 -> float8);
+ *    when there is a residual), per (token, HC heads) sharing one cos/sin table (rope_kv: a head's D values loaded
+ *    once as D / 16 float16 vectors, normed in registers, rotated 16 lanes at a time);
  *    silu_mul a work-item per (token, 64 outputs) with exp written out (see there).
  * Out-of-range positions (the host rejects them before launch unless asked not to check) write nothing to the caches.
  */
@@ -262,8 +263,8 @@ __kernel void rms_norm_f16(__global const half* x, __global const half* res, __g
             return;                                                                                                \
         const int t = (int)(item / chunks), h0 = (int)(item % chunks) * HC;                                        \
         const int pos = positions[t];                                                                              \
-        float8 cs[D / 16], sn[D / 16];                                                                             \
-        _Pragma("unroll") for (int j = 0; j < D / 16; ++j) sn[j] = sincos((float)pos * vload8(j, inv_freq), &cs[j]); \
+        float16 cs[D / 32], sn[D / 32];                                                                            \
+        _Pragma("unroll") for (int j = 0; j < D / 32; ++j) sn[j] = sincos((float)pos * vload16(j, inv_freq), &cs[j]); \
         const bool in_cache = pos >= 0 && pos < max_tokens;                                                        \
         for (int h = h0; h < min(h0 + HC, nh); ++h) {                                                              \
             const bool is_q = h < hq;                                                                              \
@@ -271,34 +272,35 @@ __kernel void rms_norm_f16(__global const half* x, __global const half* res, __g
             __global half* p = is_q ? q + ((long)t * hq + h) * D : k + ((long)t * hkv + hk) * D;                   \
             float r = 0.0f;                                                                                        \
             __global const half* w = is_q ? qn_w : kn_w;                                                           \
+            float16 x[D / 16];                                                                                     \
+            _Pragma("unroll") for (int o = 0; o < D / 16; ++o) x[o] = vload_half16(o, p);                          \
             if (qk_norm) {                                                                                         \
-                float8 a = 0.0f;                                                                                   \
-                _Pragma("unroll") for (int o = 0; o < D / 8; ++o) { const float8 x = vload_half8(o, p); a += x * x; } \
-                const float4 a4 = a.lo + a.hi;                                                                     \
+                float16 a = 0.0f;                                                                                  \
+                _Pragma("unroll") for (int o = 0; o < D / 16; ++o) a = fma(x[o], x[o], a);                         \
+                const float8 a8 = a.lo + a.hi;                                                                     \
+                const float4 a4 = a8.lo + a8.hi;                                                                   \
                 r = rsqrt(((a4.s0 + a4.s1) + (a4.s2 + a4.s3)) / (float)D + eps);                                   \
+                _Pragma("unroll") for (int o = 0; o < D / 16; ++o)                                                 \
+                    x[o] = convert_float16(convert_half16_rte(vload_half16(o, w) *                                 \
+                                                              convert_float16(convert_half16_rte(x[o] * r))));     \
             }                                                                                                      \
             const bool to_cache = !is_q && in_cache;                                                               \
             __global half* kc = k_cache + ((long)hk * max_tokens + pos) * D;                                       \
-            _Pragma("unroll") for (int j = 0; j < D / 16; ++j) {                                                   \
-                float8 x1 = vload_half8(j, p), x2 = vload_half8(j + D / 16, p);                                    \
-                if (qk_norm) {                                                                                     \
-                    x1 = convert_float8(convert_half8_rte(vload_half8(j, w) * convert_float8(convert_half8_rte(x1 * r)))); \
-                    x2 = convert_float8(convert_half8_rte(vload_half8(j + D / 16, w) *                              \
-                                                          convert_float8(convert_half8_rte(x2 * r))));              \
-                }                                                                                                  \
-                const half8 o1 = convert_half8_rte(x1 * cs[j] - x2 * sn[j]);                                       \
-                const half8 o2 = convert_half8_rte(x2 * cs[j] + x1 * sn[j]);                                       \
-                vstore8(as_ushort8(o1), j, (__global ushort*)p);                                                   \
-                vstore8(as_ushort8(o2), j + D / 16, (__global ushort*)p);                                          \
+            _Pragma("unroll") for (int j = 0; j < D / 32; ++j) {                                                   \
+                const float16 x1 = x[j], x2 = x[j + D / 32];                                                       \
+                const half16 o1 = convert_half16_rte(x1 * cs[j] - x2 * sn[j]);                                     \
+                const half16 o2 = convert_half16_rte(x2 * cs[j] + x1 * sn[j]);                                     \
+                vstore16(as_ushort16(o1), j, (__global ushort*)p);                                                 \
+                vstore16(as_ushort16(o2), j + D / 32, (__global ushort*)p);                                        \
                 if (to_cache) {                                                                                    \
-                    vstore8(as_ushort8(o1), j, (__global ushort*)kc);                                              \
-                    vstore8(as_ushort8(o2), j + D / 16, (__global ushort*)kc);                                     \
+                    vstore16(as_ushort16(o1), j, (__global ushort*)kc);                                            \
+                    vstore16(as_ushort16(o2), j + D / 32, (__global ushort*)kc);                                   \
                 }                                                                                                  \
             }                                                                                                      \
             if (to_cache) { /* v copied bit for bit */                                                             \
                 __global const ushort* vr = (__global const ushort*)(v + ((long)t * hkv + hk) * D);                \
                 __global ushort* vc = (__global ushort*)(v_cache + ((long)hk * max_tokens + pos) * D);             \
-                _Pragma("unroll") for (int o = 0; o < D / 8; ++o) vstore8(vload8(o, vr), o, vc);                   \
+                _Pragma("unroll") for (int o = 0; o < D / 16; ++o) vstore16(vload16(o, vr), o, vc);                \
             }                                                                                                      \
         }                                                                                                          \
     }
