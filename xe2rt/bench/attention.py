@@ -5,7 +5,9 @@ Bytes: the K and V rows read, 2 x Hkv x length x D x 2, plus q and out (Hq x D x
 partials (S x Hq x (D + 2) floats, written and read once, cache-resident) is not counted.
 Cache busting: the caches live in one pool of copies ([copies, Hkv, length, D] for k and for v) at least the
 harness's pool size (8x the last-level cache, >= 256 MiB); call i reads copy i mod copies.
-Time: SYCL profiling span from the split kernel's start to the reduce kernel's end (one kernel when S = 1), median.
+Time: SYCL profiling span from the split kernel's start to the reduce kernel's end (one kernel when S = 1), median
+of a window; the shapes of one context are timed in 5 interleaved rounds, each row with its own probes, and
+the round whose ratio to its probe is the row's median is reported (the note lists every round).
 Alternative: the dpnp composition a user writes (caches cast to float32, batched matmul q k^T per kv head, softmax
 in float32 with dpnp, matmul with v, cast to float16), by wall clock with the queue drained, in the same run; ours by
 wall clock beside it (the public op, warm).
@@ -44,51 +46,68 @@ def dpnp_composition(q, k_cache, v_cache, length: int, scale: float):
     return dpnp.matmul(p, v).reshape(-1, d).astype(np.float16)
 
 
+ROUNDS = 5
+
+
+class _Row:
+    """One shape at one context: its rotating cache pool, buffers and submit(i) (the split and reduce launches)."""
+
+    def __init__(self, ctx: BenchContext, rng, name: str, hq: int, hkv: int, d: int, length: int):
+        self.name, self.hq, self.hkv, self.d, self.length = name, hq, hkv, d, length
+        self.cache_bytes = hkv * length * d * 2
+        self.copies = copies = ctx.copies_for(2 * self.cache_bytes)
+        ctx.say(f"  decode_attention {name} Hq {hq} Hkv {hkv} D {d} L {length}: {copies} cache copies")
+        one_k = dpnp.asarray(rng.standard_normal((hkv, length, d), dtype=np.float32).astype(np.float16),
+                             sycl_queue=ctx.queue)
+        one_v = dpnp.asarray(rng.standard_normal((hkv, length, d), dtype=np.float32).astype(np.float16),
+                             sycl_queue=ctx.queue)
+        self.pool_k = dpnp.empty((copies, hkv, length, d), dtype=np.float16, sycl_queue=ctx.queue)
+        self.pool_v = dpnp.empty((copies, hkv, length, d), dtype=np.float16, sycl_queue=ctx.queue)
+        for i in range(copies):
+            self.pool_k[i] = one_k
+            self.pool_v[i] = one_v
+        self.ks = [self.pool_k[i] for i in range(copies)]
+        self.vs = [self.pool_v[i] for i in range(copies)]
+        self.q = dpnp.asarray(rng.standard_normal((hq, d), dtype=np.float32).astype(np.float16), sycl_queue=ctx.queue)
+        self.y = dpnp.empty((hq, d), dtype=np.float16, sycl_queue=ctx.queue)
+        self.workspace = dpnp.empty(op.workspace_floats(op.MAX_SPLITS, hq, d), dtype=np.float32, sycl_queue=ctx.queue)
+        self.launches = 0
+
+    def submit(self, i: int) -> EventSpan:
+        events = []
+        op.run(self.q, self.ks[i % self.copies], self.vs[i % self.copies], self.length, self.workspace, out=self.y,
+               events=events)
+        self.launches = len(events)
+        return EventSpan(events)
+
+    def result(self, ctx: BenchContext, seconds: float, read_gbps: float, ratios: list) -> Result:
+        q, ks, vs, y, length, d, hq, hkv = self.q, self.ks, self.vs, self.y, self.length, self.d, self.hq, self.hkv
+        copies = self.copies
+        wall = ctx.time_wall(lambda i: xe2rt.decode_attention(q, ks[i % copies], vs[i % copies], length, out=y))
+        alt = ctx.time_wall(lambda i: dpnp_composition(q, ks[i % copies], vs[i % copies], length, d ** -0.5),
+                            warmup=1, iters=min(ALT_ITERS, ctx.iters))
+        c = op.program_for(ctx.queue, op.FAMILY, None).constants
+        s, chunk = op.split_plan(c, ctx.target, op._fill(ctx.device, ctx.target, c), hkv, hq // hkv, length)
+        return Result("decode_attention", f"{self.name} Hq{hq} Hkv{hkv} D{d} L{length}", ctx.target,
+                      seconds, wall, bytes=attention_bytes(hq, hkv, d, length), flops=4 * hq * length * d,
+                      alternative="dpnp f32 matmul+softmax", alt_seconds=alt,
+                      note=f"S = {s} split(s) of {chunk} tokens, {self.launches} launch(es); K/V "
+                           f"{2 * self.cache_bytes / 1e6:.1f} MB per call, {copies} rotating copies; % of probe "
+                           f"in {len(ratios)} rounds: " + " ".join(f"{100 * r:.0f}" for r in ratios) + " (median "
+                           "reported)", read_gbps=read_gbps)
+
+
 def cases(ctx: BenchContext) -> list[Result]:
+    """The shapes of one context are timed in ROUNDS interleaved rounds (BenchContext.time_rounds): each row's
+    figure is its median round against the probe beside it, and the note lists every round."""
     results = []
     rng = np.random.default_rng(0)
-    for name, (hq, hkv, d) in (QUICK_SHAPES if ctx.quick else SHAPES).items():
-        for length in QUICK_CONTEXTS if ctx.quick else CONTEXTS:
-            cache_bytes = hkv * length * d * 2
-            copies = ctx.copies_for(2 * cache_bytes)
-            ctx.say(f"  decode_attention {name} Hq {hq} Hkv {hkv} D {d} L {length}: {copies} cache copies")
-            one_k = dpnp.asarray(rng.standard_normal((hkv, length, d), dtype=np.float32).astype(np.float16),
-                                 sycl_queue=ctx.queue)
-            one_v = dpnp.asarray(rng.standard_normal((hkv, length, d), dtype=np.float32).astype(np.float16),
-                                 sycl_queue=ctx.queue)
-            pool_k = dpnp.empty((copies, hkv, length, d), dtype=np.float16, sycl_queue=ctx.queue)
-            pool_v = dpnp.empty((copies, hkv, length, d), dtype=np.float16, sycl_queue=ctx.queue)
-            for i in range(copies):
-                pool_k[i] = one_k
-                pool_v[i] = one_v
-            del one_k, one_v
-            ks = [pool_k[i] for i in range(copies)]
-            vs = [pool_v[i] for i in range(copies)]
-            q = dpnp.asarray(rng.standard_normal((hq, d), dtype=np.float32).astype(np.float16), sycl_queue=ctx.queue)
-            y = dpnp.empty((hq, d), dtype=np.float16, sycl_queue=ctx.queue)
-            workspace = dpnp.empty(op.workspace_floats(op.MAX_SPLITS, hq, d), dtype=np.float32,
-                                   sycl_queue=ctx.queue)
-            plan = []
-
-            def submit(i):
-                events = []
-                op.run(q, ks[i % copies], vs[i % copies], length, workspace, out=y, events=events)
-                plan.append(len(events))
-                return EventSpan(events)
-
-            seconds = ctx.time_events(submit)
-            read_gbps = ctx.last_read_gbps
-            wall = ctx.time_wall(lambda i: xe2rt.decode_attention(q, ks[i % copies], vs[i % copies], length, out=y))
-            alt = ctx.time_wall(lambda i: dpnp_composition(q, ks[i % copies], vs[i % copies], length, d ** -0.5),
-                                warmup=1, iters=min(ALT_ITERS, ctx.iters))
-            c = op.program_for(ctx.queue, op.FAMILY, None).constants
-            s, chunk = op.split_plan(c, ctx.target, op._fill(ctx.device, ctx.target, c), hkv, hq // hkv, length)
-            nbytes = attention_bytes(hq, hkv, d, length)
-            results.append(Result("decode_attention", f"{name} Hq{hq} Hkv{hkv} D{d} L{length}", ctx.target,
-                                  seconds, wall, bytes=nbytes, flops=4 * hq * length * d,
-                                  alternative="dpnp f32 matmul+softmax", alt_seconds=alt,
-                                  note=f"S = {s} split(s) of {chunk} tokens, {plan[-1]} launch(es); K/V "
-                                       f"{2 * cache_bytes / 1e6:.1f} MB per call, {copies} rotating copies",
-                                  read_gbps=read_gbps))
-            del ks, vs, pool_k, pool_v
+    shapes = QUICK_SHAPES if ctx.quick else SHAPES
+    for length in QUICK_CONTEXTS if ctx.quick else CONTEXTS:
+        rows = [_Row(ctx, rng, name, hq, hkv, d, length) for name, (hq, hkv, d) in shapes.items()]
+        timed = ctx.time_rounds([r.submit for r in rows], [attention_bytes(r.hq, r.hkv, r.d, length) for r in rows],
+                                rounds=1 if ctx.quick else ROUNDS)
+        for row, (seconds, read_gbps, ratios) in zip(rows, timed):
+            results.append(row.result(ctx, seconds, read_gbps, ratios))
+        del rows
     return results

@@ -140,24 +140,22 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
                 out["lm_head"] = streamed((cfg.vocab, h), ckpt.fp16_rows("lm_head.weight", (cfg.vocab, h)))
             else:
                 out["lm_head"] = place(linear("lm_head", cfg.vocab, h, head_mode))
-            tick()
-            _check_all_used(ckpt, cfg)
-            return cfg, out
-        embed = ckpt.fp16("model.embed_tokens.weight", (cfg.vocab, h))
-        tick()
-        if cfg.tie_embeddings:
-            if head_mode == "w4":
-                head = quantize_w4(embed, group_size=group_size)
-            elif head_mode == "w8":
-                head = quantize_w8(embed)
-            else:
-                head = embed
         else:
-            head = linear("lm_head", cfg.vocab, h, head_mode)
-        out["embed"] = place(embed)
-        del embed
-        out["lm_head"] = place(head)
-        del head
+            embed = ckpt.fp16("model.embed_tokens.weight", (cfg.vocab, h))
+            tick()
+            if cfg.tie_embeddings:
+                if head_mode == "w4":
+                    head = quantize_w4(embed, group_size=group_size)
+                elif head_mode == "w8":
+                    head = quantize_w8(embed)
+                else:
+                    head = embed
+            else:
+                head = linear("lm_head", cfg.vocab, h, head_mode)
+            out["embed"] = place(embed)
+            del embed
+            out["lm_head"] = place(head)
+            del head
         tick()
         _check_all_used(ckpt, cfg)
     finally:

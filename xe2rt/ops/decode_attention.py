@@ -180,15 +180,16 @@ def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, ma
         split_geometry, reduce_geometry = (hkv * s * local, local), (hq * c["SG"], c["SG"])
     else:
         split_geometry, reduce_geometry = (hkv * s, 1), (hq, 1)
+    split_name, split_at_name, reduce_name = kernel_names(d)
     if length_at is None:
-        split = [program.kernel(f"decode_attention_d{d}"),
+        split = [program.kernel(split_name),
                  [q, k_cache, v_cache, workspace, y, g, hq, s, max_tokens, length, chunk, qscale, int(s == 1)]]
     else:  # the kernel reads the length and derives the chunk as split_plan does
-        split = [program.kernel(f"decode_attention_at_d{d}"),
+        split = [program.kernel(split_at_name),
                  [q, k_cache, v_cache, workspace, y, g, hq, s, max_tokens, length_at, length, qscale, int(s == 1)]]
     steps = [launch.prepare(*split, *split_geometry, queue)]
     if s > 1:
-        steps.append(launch.prepare(program.kernel(f"decode_attention_reduce_d{d}"), [workspace, y, hq, s],
+        steps.append(launch.prepare(program.kernel(reduce_name), [workspace, y, hq, s],
                                     *reduce_geometry, queue))
     events = [] if events is None else events
     events.extend(launch.enqueue(step) for step in steps)
@@ -200,8 +201,13 @@ def build_kernels(queue, d: int, target: str | None = None) -> None:
     length, and the merge that runs once a length needs more than one split), so that the first step whose length
     needs the merge does not build it in the middle of a decode (xe2rt.models.llm calls this when it binds a step)."""
     program = program_for(queue, FAMILY, targets.resolve(queue.sycl_device, target))
-    for name in (f"decode_attention_d{d}", f"decode_attention_at_d{d}", f"decode_attention_reduce_d{d}"):
+    for name in kernel_names(d):
         program.kernel(name)
+
+
+def kernel_names(d: int) -> tuple[str, str, str]:
+    """(split kernel with an int length, split kernel reading a device length, merge) for head_dim d."""
+    return f"decode_attention_d{d}", f"decode_attention_at_d{d}", f"decode_attention_reduce_d{d}"
 
 
 def _with_workspace(q, k_cache, v_cache, length, workspace, *, scale=None, out=None, max_length=None,
