@@ -6,6 +6,8 @@ import subprocess
 import sys
 
 import dpctl
+import fractions
+
 import numpy as np
 import pytest
 
@@ -66,8 +68,9 @@ def test_bad_input_leaves_model_usable(model):
         model.logits(np.array([1.5, 2.0]))
     with pytest.raises(InputError, match="top_p must be in"):
         model.generate(ids, 2, temperature=1.0, top_p=0.0)
-    with pytest.raises(InputError, match="temperature must be a finite number >= 0"):
-        model.generate(ids, 2, temperature=-1.0)
+    for t in (-1.0, float("nan"), float("inf"), 1e39, 2.0 ** 121, 10**400):
+        with pytest.raises(InputError, match=r"temperature must be a number in \[0, 2\^120\] .*got "):
+            model.generate(ids, 2, temperature=t)
     np.testing.assert_array_equal(model.logits(ids), before)
     assert len(model.generate(ids, 40)) == 40  # the full cache is usable after the rejections
     assert model.generate(ids, 0).shape == (0,)
@@ -150,6 +153,9 @@ def test_sampling_extremes(model):
         np.testing.assert_array_equal(model.generate(ids, 3, temperature=t, seed=1), greedy)
     a = model.generate(ids, 3, temperature=np.float32(0.7), top_p=np.float64(0.9), seed=np.int64(4))
     np.testing.assert_array_equal(a, model.generate(ids, 3, temperature=0.7, top_p=0.9, seed=4))
+    # any real number: a Fraction is its float
+    np.testing.assert_array_equal(model.generate(ids, 3, temperature=fractions.Fraction(1, 2), seed=5),
+                                  model.generate(ids, 3, temperature=0.5, seed=5))
     with pytest.raises(InputError, match=r"seed must be None or an int >= 0.*got -1"):
         model.generate(ids, 2, temperature=1.0, seed=-1)
     with pytest.raises(InputError, match="seed must be None or an int >= 0"):

@@ -2,9 +2,10 @@
 NaN), the sum s within a derived fp32 bound.
 
 Bound on |s - s_ref| for a row of n values, with A_j = (m - x_j) / t >= 0 and u = 2^-24:
-  - each term's exponent (x - m) (log2(e) / t) takes 4 roundings (x - m, log2(e) as a float constant, the division,
-    the product; both shapes), so it is off by <= 4 u A_j log2(e) in base 2, i.e. 4 u A_j relative in the term, and
-    2^x itself (the CPU polynomial: <= 9e-8 plus its last product; Xe2's built-in exp2: <= 3 ulp) by <= 6 u:
+  - each term's exponent (x - m) scale, scale = log2(e) / t rounded once on the host, takes 3 roundings (x - m, the
+    scale, the product; both shapes), so it is off by <= 3 u A_j log2(e) in base 2, i.e. <= 3 u A_j relative in the
+    term (the bound allows 4 u A_j), and 2^x itself (the CPU polynomial: <= 9e-8 plus its last product; Xe2's
+    built-in exp2: <= 3 ulp) by <= 6 u:
     |e_j' - e_j| <= e_j (4 u A_j + 6 u) (to first order), and sum_j e_j A_j <= n max(A e^-A) = n / e;
   - summation: at most n / 16 terms in sequence per lane, then 4 tree levels and a tail of < 16: <= (n / 16 + 20) u s;
   - terms below 2^-126 may be 0: <= n 2^-125.

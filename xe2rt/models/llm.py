@@ -34,6 +34,7 @@ import numpy as np
 from .. import launch
 from ..errors import InputError, InputTypeError
 from ..ops.gemv_common import MAX_M
+from ..ops.softmax_stats import MAX_TEMPERATURE
 from ..quant import QuantizedW4, QuantizedW8
 from .checkpoint import check_mode, read_config, tokenizer_for
 from .llm_weights import device_placer, load_weights, weight_bytes
@@ -397,8 +398,14 @@ class DecoderLM:
         if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real):
             raise InputTypeError(f"generate: temperature must be a real number >= 0, got "
                                  f"{type(temperature).__name__} {temperature!r}")
-        if not (temperature >= 0 and np.isfinite(temperature)):
-            raise InputError(f"generate: temperature must be a finite number >= 0, got {temperature!r}")
+        try:
+            t = float(temperature)
+        except OverflowError:
+            t = np.inf
+        if not 0 <= t <= MAX_TEMPERATURE:  # NaN fails too
+            raise InputError(f"generate: temperature must be a number in [0, 2^120] (0: greedy; xe2rt.softmax_stats' "
+                             f"largest), got {repr(temperature)[:40]}")
+        temperature = t
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 0 <= top_k:
             raise InputError(f"generate: top_k must be an int >= 0 (0: no limit), got {top_k!r}")
         if isinstance(top_p, (bool, np.bool_)) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:

@@ -15,6 +15,7 @@ Geometry:
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -36,16 +37,30 @@ def geometry(constants: dict, target: str, rows: int) -> tuple[int, int]:
     return ceil_div(rows, local) * local, local
 
 
+MIN_TEMPERATURE = float(np.finfo(np.float32).tiny)  # float32's smallest normal: log2(e) / t stays finite
+MAX_TEMPERATURE = 2.0 ** 120  # above 3.3e36 a float32 row spanning more than float32's range would lose terms
+
+
 def check_temperature(op: str, temperature) -> float:
-    """temperature as the kernel's float32 argument: a real number, finite and > 0 in float32."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer, np.floating)):
+    """temperature as a float32 value: a real number in [MIN_TEMPERATURE, MAX_TEMPERATURE]. Below float32's smallest
+    normal the kernel's scale log2(e) / t would overflow; above 2^120, x - m overflowing float32 in a row that spans
+    more than float32's range (only float32 input) could stand for a term that is not negligible."""
+    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real):
         raise InputTypeError(f"{op}: temperature must be a real number, got {type(temperature).__name__} "
                              f"{temperature!r}")
-    with np.errstate(over="ignore"):
-        t = np.float32(temperature)
-    if not (math.isfinite(float(temperature)) and np.isfinite(t) and t > 0):
-        raise InputError(f"{op}: temperature must be finite and > 0 (also in float32), got {temperature!r}")
-    return float(t)
+    try:
+        t = float(temperature)
+    except OverflowError:
+        t = math.inf
+    if not MIN_TEMPERATURE <= t <= MAX_TEMPERATURE:  # NaN fails too
+        raise InputError(f"{op}: temperature must be in [{MIN_TEMPERATURE:.8g}, 2^120 = {MAX_TEMPERATURE:.4g}] "
+                         f"(float32's smallest normal number up to 2^120), got {repr(temperature)[:40]}")
+    return float(np.float32(t))
+
+
+def scale_for(t: float) -> float:
+    """The kernels' multiplier log2(e) / t, rounded once (to float32 at the launch)."""
+    return math.log2(math.e) / t
 
 
 def run(x, *, temperature=1.0, out=None, target: str | None = None):
@@ -68,14 +83,15 @@ def run(x, *, temperature=1.0, out=None, target: str | None = None):
         return out, None
     program = program_for(queue, FAMILY, target)
     global_size, local_size = geometry(program.constants, program.target, rows)
-    event = launch.launch(program.kernel(_KERNELS[np.dtype(x.dtype)]), [x, out, rows, n, t], global_size,
-                          local_size, queue)
+    kernel = program.kernel(_KERNELS[np.dtype(x.dtype)])
+    event = launch.launch(kernel, [x, out, rows, n, scale_for(t)], global_size, local_size, queue)
     return out, event
 
 
 def softmax_stats(x, *, temperature=1.0, out=None, target: str | None = None):
     """Per row of x [rows, n] (float16 or float32, C-contiguous, n >= 1): float32 [rows, 2] holding the row maximum m
     and s = sum of exp((x - m) / temperature) (1 for entries equal to m), in fp32; see the module for the rules on
-    infinities and NaN and how rows combine. temperature: finite and > 0. `out` may give the float32 [rows, 2]
+    infinities and NaN and how rows combine. temperature: a real number from float32's smallest normal (1.1754944e-38)
+    to 2^120. `out` may give the float32 [rows, 2]
     result array; `target` forces a kernel target (bmg, lnl, cpu) for this call."""
     return run(x, temperature=temperature, out=out, target=target)[0]
