@@ -7,7 +7,9 @@ Cache busting: the caches live in one pool of copies ([copies, Hkv, length, D] f
 harness's pool size (8x the last-level cache, >= 256 MiB); call i reads copy i mod copies.
 Time: SYCL profiling span from the split kernel's start to the reduce kernel's end (one kernel when S = 1), median
 of a window; the shapes of one context are timed in 5 interleaved rounds, each row with its own probes, and
-the round whose ratio to its probe is the row's median is reported (the note lists every round).
+the round whose ratio to its probe is the row's median is reported (the note lists every round, and each
+round's % of the roofline: the larger of bytes / probe and flops / fma peak, the fma_peak kernel run beside the window;
+G = 8 at D = 128 does 8 flops per byte of cache, more than this CPU's fma peak over its read bandwidth).
 Alternative: the dpnp composition a user writes (caches cast to float32, batched matmul q k^T per kv head, softmax
 in float32 with dpnp, matmul with v, cast to float16), by wall clock with the queue drained, in the same run; ours by
 wall clock beside it (the public op, warm).
@@ -80,7 +82,7 @@ class _Row:
         self.launches = len(events)
         return EventSpan(events)
 
-    def result(self, ctx: BenchContext, seconds: float, read_gbps: float, ratios: list) -> Result:
+    def result(self, ctx: BenchContext, seconds: float, read_gbps: float, ratios: list, roof: list) -> Result:
         q, ks, vs, y, length, d, hq, hkv = self.q, self.ks, self.vs, self.y, self.length, self.d, self.hq, self.hkv
         copies = self.copies
         wall = ctx.time_wall(lambda i: xe2rt.decode_attention(q, ks[i % copies], vs[i % copies], length, out=y))
@@ -94,7 +96,10 @@ class _Row:
                       note=f"S = {s} split(s) of {chunk} tokens, {self.launches} launch(es); K/V "
                            f"{2 * self.cache_bytes / 1e6:.1f} MB per call, {copies} rotating copies; % of probe "
                            f"in {len(ratios)} rounds: " + " ".join(f"{100 * r:.0f}" for r in ratios) + " (median "
-                           "reported)", read_gbps=read_gbps)
+                           "reported); % of the roofline max(bytes / probe, flops / fma peak) in the same rounds: "
+                           + " ".join(f"{100 * r:.0f}" for r, _ in roof) + " (fma peak "
+                           + "-".join(f"{p:.0f}" for p in (min(p for _, p in roof), max(p for _, p in roof)))
+                           + " GFLOP/s)", read_gbps=read_gbps)
 
 
 def cases(ctx: BenchContext) -> list[Result]:
@@ -106,8 +111,8 @@ def cases(ctx: BenchContext) -> list[Result]:
     for length in QUICK_CONTEXTS if ctx.quick else CONTEXTS:
         rows = [_Row(ctx, rng, name, hq, hkv, d, length) for name, (hq, hkv, d) in shapes.items()]
         timed = ctx.time_rounds([r.submit for r in rows], [attention_bytes(r.hq, r.hkv, r.d, length) for r in rows],
-                                rounds=1 if ctx.quick else ROUNDS)
-        for row, (seconds, read_gbps, ratios) in zip(rows, timed):
-            results.append(row.result(ctx, seconds, read_gbps, ratios))
+                                rounds=1 if ctx.quick else ROUNDS, flops=[4 * r.hq * length * r.d for r in rows])
+        for row, (seconds, read_gbps, ratios, roof) in zip(rows, timed):
+            results.append(row.result(ctx, seconds, read_gbps, ratios, roof))
         del rows
     return results

@@ -141,26 +141,34 @@ class BenchContext:
         self.last_read_gbps = max(before, self._probe_gbps(3))
         return seconds
 
-    def time_rounds(self, submits: list, nbytes: list, rounds: int = 5) -> list:
+    def time_rounds(self, submits: list, nbytes: list, rounds: int = 5, flops: list | None = None) -> list:
         """Kernel times of several rows measured in turn, `rounds` times over: in each round every row gets its own
         probe before and after a window of max(3, iters // rounds) launches (after one warm-up), so on a machine
-        whose speed moves between seconds each row is seen in every phase instead of in one. Per row, (seconds,
-        read_gbps, ratios): the round whose ratio nbytes / seconds / read_gbps is the median of the row's rounds
-        (rounds is odd, so a real round), and that ratio for every round in order."""
+        whose speed moves between seconds each row is seen in every phase instead of in one. With `flops`, the
+        fma_peak kernel is also run before and after each window (the higher counts), and each round's roofline
+        time max(nbytes / probe, flops / peak) is kept. Per row, (seconds, read_gbps, ratios, roof): the round whose
+        ratio nbytes / seconds / read_gbps is the median of the row's rounds (rounds is odd, so a real round), that
+        ratio for every round in order, and every round's (roofline time / seconds, peak GFLOP/s) (empty without
+        flops)."""
         if rounds < 1 or rounds % 2 == 0:
             raise ValueError(f"time_rounds: rounds must be odd and >= 1, got {rounds}")
         per_row: list = [[] for _ in submits]
+        roof: list = [[] for _ in submits]
         iters = max(3, self.iters // rounds)
         for _ in range(rounds):
             for j, submit in enumerate(submits):
                 before = self._probe_gbps(3)
+                peak = self.measure_fma_peak(10000) if flops else None
                 seconds = self._median_event_seconds(submit, 1, iters)
                 gbps = max(before, self._probe_gbps(3))
                 per_row[j].append((nbytes[j] / seconds / (gbps * 1e9), seconds, gbps))
+                if flops:
+                    peak = max(peak, self.measure_fma_peak(10000))
+                    roof[j].append((max(nbytes[j] / (gbps * 1e9), flops[j] / (peak * 1e9)) / seconds, peak))
         out = []
-        for samples in per_row:
+        for samples, r in zip(per_row, roof):
             ratio, seconds, gbps = sorted(samples)[len(samples) // 2]
-            out.append((seconds, gbps, [r for r, _, _ in samples]))
+            out.append((seconds, gbps, [x for x, _, _ in samples], r))
         return out
 
     def _median_event_seconds(self, submit: Callable[[int], dpctl.SyclEvent], warmup: int, iters: int) -> float:
