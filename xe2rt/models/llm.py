@@ -34,7 +34,7 @@ import numpy as np
 from .. import launch
 from ..errors import InputError, InputTypeError
 from ..ops.gemv_common import MAX_M
-from ..ops.softmax_stats import MAX_TEMPERATURE
+from ..ops.softmax_stats import MAX_TEMPERATURE, real_temperature
 from ..quant import QuantizedW4, QuantizedW8
 from .checkpoint import check_mode, read_config, tokenizer_for
 from .llm_weights import device_placer, load_weights, weight_bytes
@@ -395,13 +395,7 @@ class DecoderLM:
             raise InputError(f"generate: prompt ({a.size} tokens) + max_new_tokens ({max_new_tokens}) = "
                              f"{a.size + max_new_tokens} exceeds max_tokens = {self.max_tokens} (the KV cache size "
                              f"given to load)")
-        if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real):
-            raise InputTypeError(f"generate: temperature must be a real number >= 0, got "
-                                 f"{type(temperature).__name__} {temperature!r}")
-        try:
-            t = float(temperature)
-        except OverflowError:
-            t = np.inf
+        t = real_temperature("generate", temperature, "a real number >= 0")
         if not 0 <= t <= MAX_TEMPERATURE:  # NaN fails too
             raise InputError(f"generate: temperature must be a number in [0, 2^120] (0: greedy; xe2rt.softmax_stats' "
                              f"largest), got {repr(temperature)[:40]}")

@@ -41,17 +41,22 @@ MIN_TEMPERATURE = float(np.finfo(np.float32).tiny)  # float32's smallest normal:
 MAX_TEMPERATURE = 2.0 ** 120  # above 3.3e36 a float32 row spanning more than float32's range would lose terms
 
 
+def real_temperature(op: str, temperature, rule: str) -> float:
+    """A temperature argument as a Python float (inf where float() overflows: 10**400); InputTypeError naming `rule`
+    for anything that is not a real number (bool included). Shared with xe2rt.models.llm's generate."""
+    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real):
+        raise InputTypeError(f"{op}: temperature must be {rule}, got {type(temperature).__name__} {temperature!r}")
+    try:
+        return float(temperature)
+    except OverflowError:
+        return math.inf
+
+
 def check_temperature(op: str, temperature) -> float:
     """temperature as a float32 value: a real number in [MIN_TEMPERATURE, MAX_TEMPERATURE]. Below float32's smallest
     normal the kernel's scale log2(e) / t would overflow; above 2^120, x - m overflowing float32 in a row that spans
     more than float32's range (only float32 input) could stand for a term that is not negligible."""
-    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real):
-        raise InputTypeError(f"{op}: temperature must be a real number, got {type(temperature).__name__} "
-                             f"{temperature!r}")
-    try:
-        t = float(temperature)
-    except OverflowError:
-        t = math.inf
+    t = real_temperature(op, temperature, "a real number")
     if not MIN_TEMPERATURE <= t <= MAX_TEMPERATURE:  # NaN fails too
         raise InputError(f"{op}: temperature must be in [{MIN_TEMPERATURE:.8g}, 2^120 = {MAX_TEMPERATURE:.4g}] "
                          f"(float32's smallest normal number up to 2^120), got {repr(temperature)[:40]}")
