@@ -304,3 +304,30 @@ def test_sampling_rule_matches_the_host_reference(queue, tmp_path):
         model._logit_row[...] = dpnp.asarray(logits.reshape(1, v), sycl_queue=model.queue)
         for top_k, top_p in ((0, 1.0), (5, 1.0), (0, 0.9), (40, 0.9)):
             assert model._choose(model._logit_row, 1.0, top_k, top_p, _Draw(0.5)) == 1234
+
+
+def test_sampling_second_candidate_tier(queue, tmp_path, monkeypatch):
+    """40 large logits spread through the first row of 512 (about 10 per window of 128): the rows' 16 candidates
+    cannot hold a nucleus of more than 15 tokens, the windows' can, so the choice comes from the second tier (the
+    whole vocabulary is never sorted) and is still the float64 rule's."""
+    import dpnp
+    config = dict(rnd.shipped_config("tiny-llama"), vocab_size=2500, num_hidden_layers=1)
+    model = llm.load(rnd.write(config, tmp_path / "m", fmt="fp16", seed=3), queue=queue, max_tokens=16,
+                     progress=False)
+    v = model.cfg.vocab
+    rng = np.random.default_rng(5)
+    logits = (rng.uniform(-4.5, -1.5, v)).astype(np.float16)
+    big = np.arange(0, 480, 12)
+    logits[big] = (6 - 0.01 * np.arange(big.size)).astype(np.float16)
+    model._logit_row[...] = dpnp.asarray(logits.reshape(1, v), sycl_queue=model.queue)
+    sorts = []
+    real_argsort = dpnp.argsort
+    monkeypatch.setattr(dpnp, "argsort", lambda *a, **k: sorts.append(1) or real_argsort(*a, **k))
+    for temperature, top_k, top_p in ((1.0, 0, 0.9), (0.7, 0, 0.5), (1.0, 30, 1.0), (1.5, 36, 0.95)):
+        order, p = _reference_choice(logits, temperature, top_k, top_p, None)
+        assert np.count_nonzero(p) > 16  # more than one row's candidates
+        cdf = np.cumsum(p)
+        for j in rng.choice(np.flatnonzero(p > 1e-3 * p.max()), size=4):
+            got = model._choose(model._logit_row, temperature, top_k, top_p, _Draw((cdf[j] - p[j] / 2) / cdf[-1]))
+            assert got == order[j], (temperature, top_k, top_p, got, order[j])
+    assert not sorts, "the whole vocabulary was sorted"

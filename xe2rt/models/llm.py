@@ -42,6 +42,9 @@ from .llm_weights import device_placer, load_weights, weight_bytes
 MOE_CHUNK = 64  # moe_ffn_w4a16 takes at most 64 tokens per call
 ARG_ROW = 512  # xe2rt.topk's largest row (N_MAX)
 CANDIDATES = 16  # xe2rt.topk's largest k: the sampling candidates per row of ARG_ROW logits
+# Sampling candidate tiers: CANDIDATES per window of 512 logits, then (when those cannot hold the kept set) per window
+# of 128: four times the candidates under a lower floor, before a sort of the whole vocabulary
+CANDIDATE_WINDOWS = (ARG_ROW, 128)
 
 
 def _inverse_cdf_host(p: np.ndarray, u: float) -> int:
@@ -126,7 +129,7 @@ class DecoderLM:
         self.step_seconds: list = []  # seconds of each step of the latest generate: [prompt + first token, decode...]
         self._argmax = None
         self._stats = None  # (temperature, its softmax_stats plan, the plan's output memory, a host array)
-        self._candidates = None  # the topk plan of the sampling candidates, its outputs' memory, host arrays
+        self._candidates = {}  # window -> the topk plan of the sampling candidates, its outputs' memory, host arrays
         self._host_argmax = (np.empty(1, np.int32), np.empty(max(self._arg_rows, 1), np.int32))
         # positions come from our own arange: the op's optional readback check of them would wait every step
         import inspect
@@ -509,7 +512,8 @@ class DecoderLM:
           - top_k / top_p: no token outside the candidates exceeds `floor`, the largest of the rows' last candidates,
             so when the top_k set (with top_k) or the kept top_p prefix (without) ends above it, the candidates hold
             exactly the tokens a full sort keeps, and the choice is the same; the top_p mass without top_k is the
-            vocabulary's, the sum of the w_r.
+            vocabulary's, the sum of the w_r. When the rows' candidates cannot show it, CANDIDATES per window of 128
+            are tried (one more topk launch and readback) before giving up.
         -1 when a logit is NaN or +inf, or all are -inf (the caller then picks as greedy decoding does); None when the
         candidates cannot be shown to hold the kept set (a flat distribution, ties at the floor): the caller sorts."""
         import xe2rt
@@ -523,14 +527,7 @@ class DecoderLM:
         pairs = [(stats_memory, host_stats)]
         want_candidates = bool(top_k) or top_p < 1
         if want_candidates:
-            if self._candidates is None:
-                plan = xe2rt.bind(xe2rt.topk, grid, CANDIDATES)
-                self._candidates = (plan, launch.memory_at(plan.result[0].get_array()),
-                                    launch.memory_at(plan.result[1].get_array()),
-                                    np.empty((rows, CANDIDATES), np.float16), np.empty((rows, CANDIDATES), np.int32))
-            plan, val_memory, idx_memory, host_vals, host_idx = self._candidates
-            plan()
-            pairs += [(val_memory, host_vals), (idx_memory, host_idx)]
+            pairs += self._candidate_plan(ARG_ROW)
         self._t("sample")
         self._read_back(pairs)
         m, s = host_stats[:, 0].astype(np.float64), host_stats[:, 1].astype(np.float64)
@@ -549,8 +546,34 @@ class DecoderLM:
             with np.errstate(invalid="ignore", under="ignore"):
                 e = np.where(x == m[r], 1.0, np.exp((x - m[r]) / t))
             return r * ARG_ROW + _inverse_cdf_host(e, rest)
+        for width in CANDIDATE_WINDOWS:
+            if width != ARG_ROW:  # the next tier: CANDIDATES per narrower window, a lower floor
+                self._read_back(self._candidate_plan(width))
+            _, _, host_vals, host_idx = self._candidates[width]
+            token = self._from_candidates(host_vals, host_idx, width, w.sum(), big, t, top_k, top_p, u)
+            if token is not None:
+                return token
+        return None
+
+    def _candidate_plan(self, width: int) -> list:
+        """Launch the bound xe2rt.topk plan of CANDIDATES per window of `width` logits (made at the first use) and
+        return its (device memory, host array) pairs for _read_back."""
+        import xe2rt
+        if width not in self._candidates:
+            plan = xe2rt.bind(xe2rt.topk, self._logit_buf.reshape(-1, width), CANDIDATES)
+            n = self._logit_buf.shape[0] // width
+            self._candidates[width] = (plan, [launch.memory_at(a.get_array()) for a in plan.result],
+                                       np.empty((n, CANDIDATES), np.float16), np.empty((n, CANDIDATES), np.int32))
+        plan, memory, host_vals, host_idx = self._candidates[width]
+        plan()
+        return [(memory[0], host_vals), (memory[1], host_idx)]
+
+    def _from_candidates(self, host_vals, host_idx, width: int, total: float, big: float, t: float, top_k: int,
+                         top_p: float, u: float) -> int | None:
+        """The top_k / top_p choice from the CANDIDATES largest logits of each window of `width` (see _sample_rows),
+        or None when they cannot be shown to hold the kept set. total: the vocabulary's mass relative to big."""
         vals = host_vals.astype(np.float64)
-        ids = host_idx + np.arange(0, rows * ARG_ROW, ARG_ROW, dtype=np.int32)[:, None]
+        ids = host_idx + np.arange(0, vals.shape[0] * width, width, dtype=np.int32)[:, None]
         floor = vals[:, -1].max()
         real = ids < self.cfg.vocab
         v, i = vals[real], ids[real]
@@ -564,7 +587,7 @@ class DecoderLM:
             p = np.exp((v - big) / t)
         kept = v.size
         if top_p < 1:
-            mass = p.sum() if top_k else w.sum()
+            mass = p.sum() if top_k else total
             kept = int(np.count_nonzero(np.cumsum(p) - p < top_p * mass))  # the mass before a token short of top_p
             if kept == v.size and not top_k:
                 return None
