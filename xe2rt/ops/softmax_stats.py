@@ -97,6 +97,6 @@ def softmax_stats(x, *, temperature=1.0, out=None, target: str | None = None):
     """Per row of x [rows, n] (float16 or float32, C-contiguous, n >= 1): float32 [rows, 2] holding the row maximum m
     and s = sum of exp((x - m) / temperature) (1 for entries equal to m), in fp32; see the module for the rules on
     infinities and NaN and how rows combine. temperature: a real number from float32's smallest normal (1.1754944e-38)
-    to 2^120. `out` may give the float32 [rows, 2]
-    result array; `target` forces a kernel target (bmg, lnl, cpu) for this call."""
+    to 2^120. `out` may give the float32 [rows, 2] result array; `target` forces a kernel target (bmg, lnl, cpu) for
+    this call."""
     return run(x, temperature=temperature, out=out, target=target)[0]
