@@ -57,6 +57,7 @@ class _Row:
     def __init__(self, ctx: BenchContext, rng, name: str, hq: int, hkv: int, d: int, length: int):
         self.name, self.hq, self.hkv, self.d, self.length = name, hq, hkv, d, length
         self.cache_bytes = hkv * length * d * 2
+        self.nbytes, self.flops = attention_bytes(hq, hkv, d, length), 4 * hq * length * d
         self.copies = copies = ctx.copies_for(2 * self.cache_bytes)
         ctx.say(f"  decode_attention {name} Hq {hq} Hkv {hkv} D {d} L {length}: {copies} cache copies")
         one_k = dpnp.asarray(rng.standard_normal((hkv, length, d), dtype=np.float32).astype(np.float16),
@@ -91,7 +92,7 @@ class _Row:
         c = op.program_for(ctx.queue, op.FAMILY, None).constants
         s, chunk = op.split_plan(c, ctx.target, op._fill(ctx.device, ctx.target, c), hkv, hq // hkv, length)
         return Result("decode_attention", f"{self.name} Hq{hq} Hkv{hkv} D{d} L{length}", ctx.target,
-                      seconds, wall, bytes=attention_bytes(hq, hkv, d, length), flops=4 * hq * length * d,
+                      seconds, wall, bytes=self.nbytes, flops=self.flops,
                       alternative="dpnp f32 matmul+softmax", alt_seconds=alt,
                       note=f"S = {s} split(s) of {chunk} tokens, {self.launches} launch(es); K/V "
                            f"{2 * self.cache_bytes / 1e6:.1f} MB per call, {copies} rotating copies; % of probe "
@@ -110,8 +111,8 @@ def cases(ctx: BenchContext) -> list[Result]:
     shapes = QUICK_SHAPES if ctx.quick else SHAPES
     for length in QUICK_CONTEXTS if ctx.quick else CONTEXTS:
         rows = [_Row(ctx, rng, name, hq, hkv, d, length) for name, (hq, hkv, d) in shapes.items()]
-        timed = ctx.time_rounds([r.submit for r in rows], [attention_bytes(r.hq, r.hkv, r.d, length) for r in rows],
-                                rounds=1 if ctx.quick else ROUNDS, flops=[4 * r.hq * length * r.d for r in rows])
+        timed = ctx.time_rounds([r.submit for r in rows], [r.nbytes for r in rows], rounds=1 if ctx.quick else ROUNDS,
+                                flops=[r.flops for r in rows])
         for row, (seconds, read_gbps, ratios, roof) in zip(rows, timed):
             results.append(row.result(ctx, seconds, read_gbps, ratios, roof))
         del rows

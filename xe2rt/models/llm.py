@@ -462,14 +462,8 @@ class DecoderLM:
                 rows()
                 top()
                 self._t("argmax")
-                # both index arrays in one wait, by queue.memcpy_async into fixed host arrays: about 15 us against
-                # about 50 us per dpnp.asnumpy, and time the device idles
-                q = self.queue
-                deps = [] if q.is_in_order else dpctl.utils.SequentialOrderManager[q].submitted_events
                 host_row, host_idx = self._host_argmax
-                dpctl.SyclEvent.wait_for([
-                    q.memcpy_async(host_row, row_memory, host_row.nbytes, deps),
-                    q.memcpy_async(host_idx, idx_memory, host_idx.nbytes, deps)])
+                self._read_back([(row_memory, host_row), (idx_memory, host_idx)])  # both index arrays, one wait
                 r = int(host_row[0])
                 return r * ARG_ROW + int(host_idx[r])
             return int(dpnp.asnumpy(dpnp.argmax(logits[0])))
@@ -491,7 +485,7 @@ class DecoderLM:
         if top_k:
             order = order[:top_k]
         vals = row[order]
-        p, _ = self._nucleus(self._exp_shifted(vals, vals[0], t), top_k, top_p, None)
+        p = self._nucleus(self._exp_shifted(vals, vals[0], t), top_p)
         return int(dpnp.asnumpy(order[self._inverse_cdf(dpnp.cumsum(p), u)])[0])
 
     def _read_back(self, pairs) -> None:
@@ -609,18 +603,17 @@ class DecoderLM:
         (logits / 1e-39 was inf, then NaN)."""
         return self._vm(dpnp.exp, self._vm(dpnp.divide, self._vm(dpnp.subtract, x, top), t))
 
-    def _nucleus(self, p, top_k: int, top_p: float, total):
-        """(p with the tokens past the top_p prefix zeroed, the number kept) for p in descending order of the
-        logits; the mass is that of the top_k given when top_k is set (as transformers applies top_p after top_k),
-        else `total` (the whole vocabulary's). A top_p below fp32's smallest normal (0 in fp32) would keep nothing,
-        so it is raised to it: the most likely token stays, as with any small top_p."""
+    def _nucleus(self, p, top_p: float):
+        """p with the tokens past the top_p prefix zeroed, for p in descending order of the logits (already cut to
+        the top_k when top_k is set, so the mass is the top_k's, as transformers applies top_p after top_k; else the
+        whole vocabulary's). A top_p below fp32's smallest normal (0 in fp32) would keep nothing, so it is raised to
+        it: the most likely token stays, as with any small top_p."""
         if top_p >= 1:
-            return p, None
+            return p
         c = dpnp.cumsum(p)
-        limit = self._vm(dpnp.multiply, c[-1] if top_k or total is None else total,
-                         np.float32(max(top_p, np.finfo(np.float32).tiny)))
+        limit = self._vm(dpnp.multiply, c[-1], np.float32(max(top_p, np.finfo(np.float32).tiny)))
         keep = self._vm(dpnp.subtract, c, p) < limit  # the mass before a token is still short of top_p
-        return dpnp.where(keep, p, 0), dpnp.sum(keep)
+        return dpnp.where(keep, p, 0)
 
     def _inverse_cdf(self, cdf, u):
         """The index i with cdf[i - 1] <= u cdf[-1] < cdf[i]: a one-element index array. Never past the last token
