@@ -1,6 +1,7 @@
-"""rope_kv warm calls: check_positions=False calls are replayed by xe2rt.fastcall (the inv_freq table a resident
-device constant) and plans (xe2rt.bind) hold it; replays and plan launches give exactly what a fresh call of the op
-gives, write the caches at the new positions, and keep every check the key does not cover (overlaps, positions)."""
+"""rope_kv warm calls are replayed by xe2rt.fastcall (the inv_freq table a resident device constant; with
+check_positions true the positions are read back and checked before each replay) and plans (xe2rt.bind) hold it;
+replays and plan launches give exactly what a fresh call of the op gives, write the caches at the new positions, and
+keep every check the key does not cover (overlaps, positions)."""
 import numpy as np
 import pytest
 
@@ -109,6 +110,38 @@ def test_warm_calls_keep_the_other_checks(queue, rng):
     with pytest.raises(xe2rt.InputError, match=r"positions\[1\] = 16"):
         xe2rt.rope_kv(q, k, v, bad, kc, vc, theta=10000.0)  # the default check reads positions on every call
     assert (kc.asnumpy() == 5).all() and (vc.asnumpy() == 5).all()
+
+
+def test_checked_warm_calls_replay_and_check_every_call(queue, rng, monkeypatch):
+    """Default calls (check_positions=True) replay too, and each replay reads its own positions back first: a bad
+    position, a repeat, or a bad position produced by queued device work is refused with nothing written."""
+    fastcall.clear()
+    first = inputs(rng, queue, [3, 9])
+    args = on_device(first, queue)
+    xe2rt.rope_kv(*args, theta=10000.0)
+    assert len(entries_of_rope_kv()) == 1 and entries_of_rope_kv()[0] is not fastcall._UNCACHEABLE
+    monkeypatch.setattr(op, "freq_table", lambda *a: pytest.fail("a warm call ran the op"))
+    host = inputs(rng, queue, [0, 15])
+    args = on_device(host, queue)
+    xe2rt.rope_kv(*args, theta=10000.0)
+    got = results(args)
+    monkeypatch.undo()
+    for g, w in zip(got, fresh(host, queue, theta=10000.0)):
+        np.testing.assert_array_equal(g, w)
+    monkeypatch.setattr(op, "freq_table", lambda *a: pytest.fail("a warm call ran the op"))
+    for positions, message in (([1, 16], r"positions\[1\] = 16"), ([-1, 2], r"positions\[0\] = -1"),
+                               ([4, 4], "must be distinct")):
+        q, k, v, pos, kc, vc = on_device(inputs(rng, queue, positions), queue)
+        with pytest.raises(xe2rt.InputError, match=message):
+            xe2rt.rope_kv(q, k, v, pos, kc, vc, theta=10000.0)
+        assert (kc.asnumpy() == 5).all() and (vc.asnumpy() == 5).all()
+    # positions written by queued device work (dpnp) are the ones checked
+    q, k, v, pos, kc, vc = on_device(inputs(rng, queue, [1, 2]), queue)
+    pos += 20
+    with pytest.raises(xe2rt.InputError, match=r"positions\[0\] = 21"):
+        xe2rt.rope_kv(q, k, v, pos, kc, vc, theta=10000.0)
+    assert (kc.asnumpy() == 5).all()
+    assert len(entries_of_rope_kv()) == 1
 
 
 def test_bind(queue, rng):

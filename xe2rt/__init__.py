@@ -47,8 +47,9 @@ moe_ffn_w4a16 = _moe.moe_ffn_w4a16
 moe_layer = _moe.moe_layer
 rms_norm = _cached(_decoder_small.rms_norm)
 silu_mul = _cached(_decoder_small.silu_mul)
-# rope_kv reads positions back by default: such calls run the op; check_positions=False calls are replayed.
-rope_kv = _decoder_small.replayable_rope_kv(_cached(_decoder_small.rope_kv, in_place=(0, 1, 4, 5)))
+# rope_kv reads positions back by default: its replays check them first (data_check).
+rope_kv = _decoder_small.replayable_rope_kv(_cached(_decoder_small.rope_kv, in_place=(0, 1, 4, 5),
+                                                    data_check=_decoder_small.positions_data_check))
 # warm calls replayed by an inner cached op that takes the per-thread workspace as an argument (see the module)
 decode_attention = _decode_attention.decode_attention
 prefill_attention = _cached(_prefill_attention.prefill_attention)

@@ -14,14 +14,15 @@ through a weak reference; the shape is read on every call, since it can be set i
 any array passed to more than one call, cost a dictionary look-up per call instead of six attribute reads.
 
 A first call that passes one array as two arguments is not stored (a launch's argument could not be traced back to
-one of them); the next call with distinct arrays records its own. Two checks depend on more than the key and run on
-every replayed call: `out=` must not overlap an input (byte ranges of
-this call's arrays; on overlap the op itself is called and raises), and arrays must be device arrays at all (the key
-cannot be formed otherwise, and the op is called). Calls the cache cannot express (an op that allocates temporaries,
-queues dpnp work, or takes arguments other than arrays, quantized weights, tuples and plain scalars) are simply passed
-to the op every time. An op may pass one more kind of array: a device constant it made once and keeps for good,
-registered with `resident(array)` (rope_kv's inv_freq table per queue, D, theta and scaling); it must be determined by
-the key's facts, and a replay passes the same array again. The cache holds no arrays: a replay keeps its own arrays
+one of them); the next call with distinct arrays records its own. Checks that depend on more than the key run on
+every replayed call: `out=` must not overlap an input (byte ranges of this call's arrays; on overlap the op itself is
+called and raises), arrays must be device arrays at all (the key cannot be formed otherwise, and the op is called), and
+an op's checks of device contents, given as `data_check` (rope_kv reads its positions back), run before the replay.
+Calls the cache cannot express (an op that allocates temporaries, queues dpnp work, or takes arguments other than
+arrays, quantized weights, tuples and plain scalars) are simply passed to the op every time. An op may pass one
+more kind of array: a device constant it made once and keeps for good, registered with `resident(array)` (rope_kv's
+inv_freq table per queue, D, theta and scaling); it must be determined by the key's facts, and a replay passes the
+same array again. The cache holds no arrays: a replay keeps its own arrays
 alive until its kernels complete, like any launch.
 """
 from __future__ import annotations
@@ -211,19 +212,17 @@ _entries: dict = {}
 _entries_lock = threading.Lock()
 
 
-def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
-    """`op` with warm calls replayed from the launches its first call with the same facts recorded. Calls that pass a
-    true value for a keyword named in `uncached_if` (options whose checks read device data) always run the op.
+def cached(op, in_place: tuple = (), data_check=None):
+    """`op` with warm calls replayed from the launches its first call with the same facts recorded.
     `in_place`: indices of positional array arguments the op writes; a replay checks, as it checks `out=`, that none
-    overlaps another argument (the key holds shapes, not addresses)."""
+    overlaps another argument (the key holds shapes, not addresses). `data_check(*args, **kwargs)`: the checks of
+    device contents the op makes before it launches (rope_kv's positions); a replay calls it first, so a warm call
+    raises what the op would, with nothing queued."""
 
     @functools.wraps(op)
     def call(*args, **kwargs):
         if _recording.current is not None:  # inside xe2rt.bind or a composite op: the outer recording takes them
             return op(*args, **kwargs)
-        for name in uncached_if:
-            if kwargs.get(name):
-                return op(*args, **kwargs)
         facts = [op, _environ_get(_TARGET_KEY), _environ_get(_KERNEL_DIR_KEY), module.generation]
         arrays, hits = [], []
         for value in args:  # the common cases inline: a dpnp array (as _flatten does), a plain scalar
@@ -281,6 +280,8 @@ def cached(op, uncached_if: tuple = (), in_place: tuple = ()):
         if entry is not None:
             if entry.pairs and _overlapping(entry, hits):
                 return op(*args, **kwargs)  # the op raises its own overlap error
+            if data_check is not None:
+                data_check(*args, **kwargs)
             return _replay(entry, arrays, hits)
         with launch.recording(arrays) as recorder:
             result = op(*args, **kwargs)

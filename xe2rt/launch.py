@@ -35,7 +35,9 @@ from typing import Callable, Sequence
 
 import dpctl
 import dpctl.memory
+import dpctl.utils
 import dpnp
+import dpnp.tensor
 import numpy as np
 
 from . import _capi, _compat, pool, validate
@@ -474,6 +476,31 @@ def wait_all() -> None:
 
 
 atexit.register(wait_all)
+
+
+def read_back(pairs, queue: dpctl.SyclQueue) -> None:
+    """Copy each (device source, host numpy array) pair into its host array after the queue's outstanding dpnp and
+    xe2rt work, all in one wait. A source is a dpctl memory object (memory_at) or a C-contiguous usm_ndarray holding
+    at least the host array's bytes. queue.memcpy_async costs about 4 us for a few bytes, dpnp.asnumpy about 17."""
+    deps = [] if queue.is_in_order else dpctl.utils.SequentialOrderManager[queue].submitted_events
+    events = []
+    for source, host in pairs:
+        if isinstance(source, dpnp.tensor.usm_ndarray):
+            source = memory_at(source)
+        events.append(queue.memcpy_async(host, source, host.nbytes, deps))
+    dpctl.SyclEvent.wait_for(events)
+
+
+def to_host(a) -> np.ndarray:
+    """A C-contiguous device array's values as a new numpy array (read_back: one memcpy, one wait); other layouts
+    through dpnp.asnumpy."""
+    u = validate.usm_view(a)
+    if u is None or not u.flags.c_contiguous:
+        return dpnp.asnumpy(a)
+    host = np.empty(u.shape, u.dtype)
+    if host.nbytes:
+        read_back([(u, host)], u.sycl_queue)
+    return host
 
 
 class Submission:

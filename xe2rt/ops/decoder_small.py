@@ -20,8 +20,9 @@ Decomposition and geometry:
 
 inv_freq for rope_kv is computed on the host in float32 by xe2rt.reference.decoder.inv_freq (HF's formula) and kept on
 the device per (queue, D, theta, scaling) for good (the scaling dict normalized to a frozen Llama3Scaling): the
-kernel's angles are bit-identical to HF's. The table is a fastcall resident constant, so xe2rt.rope_kv calls with
-check_positions=False replay from xe2rt.fastcall's cache (see replayable_rope_kv) and plans (xe2rt.bind) hold it.
+kernel's angles are bit-identical to HF's. The table is a fastcall resident constant, so warm xe2rt.rope_kv calls
+replay from xe2rt.fastcall's cache (see replayable_rope_kv; with check_positions true the positions are still read back
+and checked on every call) and plans (xe2rt.bind) hold it.
 
 Positions: rope_kv reads `positions` back to the host before launching (check_positions=True, the default: this waits
 for whatever queued work produces positions) and rejects any outside [0, max_tokens) or repeated. With
@@ -230,21 +231,41 @@ def rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_nor
                        check_positions=check_positions, target=target)[0]
 
 
+def _check_position_values(positions, max_tokens: int) -> None:
+    """positions (int32 [T], T > 0) read back (waiting for the queue: see the module docstring) and checked: each in
+    [0, max_tokens), no two equal."""
+    host = launch.to_host(positions)
+    bad = (host < 0) | (host >= max_tokens)
+    if bad.any():
+        t = int(np.argmax(bad))
+        raise InputError(f"rope_kv: positions must lie in [0, max_tokens = {max_tokens}) of the caches; "
+                         f"{int(bad.sum())} do not (first: positions[{t}] = {int(host[t])})")
+    if np.unique(host).size != host.size:
+        raise InputError(f"rope_kv: positions must be distinct (two tokens would write one cache slot), got "
+                         f"repeats among {host.size} positions")
+
+
+def positions_data_check(q, k, v, positions, k_cache, v_cache, *, check_positions=True, **_) -> None:
+    """rope_kv's check of device contents, for xe2rt.fastcall's replays (data_check): the positions, when asked for
+    and when there are tokens (a replayed call has passed every other check of the op with the same facts)."""
+    if check_positions and positions.shape[0]:
+        _check_position_values(positions, k_cache.shape[1])
+
+
 def replayable_rope_kv(replayed):
     """The public rope_kv around `replayed` (rope_kv wrapped by xe2rt.fastcall.cached with q, k and the caches
-    in_place: a replay checks that none overlaps another argument): a scaling dict becomes its
-    frozen Llama3Scaling first (which the replay cache can key), and calls that read positions back
-    (check_positions true, the default) run the op every time, since the check depends on the device data; calls with
-    check_positions=False (the decode loop's) replay. Inside xe2rt.bind the op is recorded as usual either way."""
+    in_place, so that a replay checks that none overlaps another argument, and positions_data_check, so that a replayed
+    call with check_positions true reads its positions back and checks them before anything is queued): a scaling
+    dict becomes its frozen Llama3Scaling first, which the replay cache can key. Inside xe2rt.bind the op is recorded
+    as usual."""
 
     @functools.wraps(rope_kv)
     def call(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk_norm=None, check_positions=True,
              target: str | None = None):
         if scaling is not None:
             scaling = scaling_key(scaling)
-        return (replayed if check_positions is False else rope_kv)(
-            q, k, v, positions, k_cache, v_cache, theta=theta, scaling=scaling, qk_norm=qk_norm,
-            check_positions=check_positions, target=target)
+        return replayed(q, k, v, positions, k_cache, v_cache, theta=theta, scaling=scaling, qk_norm=qk_norm,
+                        check_positions=check_positions, target=target)
 
     call.__wrapped_op__ = rope_kv
     return call
@@ -299,15 +320,7 @@ def run_rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk
     if tokens == 0:
         return (q, k), None
     if check_positions:
-        host = dpnp.asnumpy(positions)  # synchronizing, by default: see the module docstring
-        bad = (host < 0) | (host >= max_tokens)
-        if bad.any():
-            t = int(np.argmax(bad))
-            raise InputError(f"{op}: positions must lie in [0, max_tokens = {max_tokens}) of the caches; "
-                             f"{int(bad.sum())} do not (first: positions[{t}] = {int(host[t])})")
-        if np.unique(host).size != host.size:
-            raise InputError(f"{op}: positions must be distinct (two tokens would write one cache slot), got "
-                             f"repeats among {host.size} positions")
+        _check_position_values(positions, max_tokens)
     program = program_for(queue, FAMILY, target)
     table = freq_table(queue, d, theta, key)
     global_size, local_size = rope_geometry(program.constants, program.target, tokens, hq + hkv)

@@ -140,7 +140,7 @@ def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = No
                                  f"/ dword loads); it is a view with an odd offset: pass dpnp.copy({name})")
     program = program_for(queue, FAMILY, chosen)
     if check_ids and t:
-        host_ids = dpnp.asnumpy(topk_ids)  # synchronizing, by request
+        host_ids = launch.to_host(topk_ids)  # synchronizing, by request
         bad = (host_ids < 0) | (host_ids >= n_exp)
         if bad.any():
             r, c = np.argwhere(bad)[0]
