@@ -351,13 +351,15 @@ __kernel void gemm_w4a16_quantize_x(__global const half* A, __global int* xq, in
     const uint16 ODD = EVEN + 1;
     __global const half* ar = A + (size_t)row * K + k0;
     float16 xv[KC / 16];
-    float16 a = 0.0f;
+    float16 a = 0.0f, z = 0.0f;
     for (int j = 0; j < kc / 16; ++j) {
         xv[j] = vload_half16(j, ar);
         a = fmax(a, fabs(xv[j]));
+        z = fma(xv[j], 0.0f, z);
     }
     const int e = fixed_point_exponent(a);
-    ((__global float*)(xq + (size_t)M * (K / 2)))[(size_t)row * chunks + chunk] = as_float((127 + e) << 23);
+    ((__global float*)(xq + (size_t)M * (K / 2)))[(size_t)row * chunks + chunk] =
+        as_float((127 + e) << 23) + nonfinite_nan(z); /* NaN for a chunk with a non-finite x */
     __global int* dst = xq + (size_t)row * (K / 2) + k0 / 2;
     for (int j = 0; j < kc / 16; j += 2) {
         const int16 x0 = fixed_point(xv[j], e), x1 = fixed_point(xv[j + 1], e);

@@ -87,6 +87,16 @@ INLINE int fixed_point_exponent(float16 absmax)
     return max((as_int(fmax(a2.s0, a2.s1)) >> 23) - 127, -24) - 13;
 }
 
+/* The lane sum of z, a sum of x * 0 terms: 0, or NaN when some x was not finite (inf * 0 and NaN * 0 are NaN). Added
+ * to a fixed-point scale sx, it makes sx NaN for a chunk holding a non-finite x, so every sum that chunk scales is NaN
+ * (the integer parts cannot carry it; an absmax by fmax would even drop a NaN). */
+INLINE float nonfinite_nan(float16 z)
+{
+    const float8 a = z.lo + z.hi;
+    const float4 b = a.lo + a.hi;
+    return (b.s0 + b.s1) + (b.s2 + b.s3);
+}
+
 /* rte(x / 2^s): x 2^-s is exact, and adding 1.5 2^23 rounds it to an integer, to nearest even (|x 2^-s| < 2^22; no
  * library call) */
 INLINE int16 fixed_point(float16 x, int s)
@@ -105,6 +115,7 @@ INLINE void x_int8_parts(__global const half* x, int k0, __local int* q)
     x_phases(x, k0, X); /* X[t] lane i = x[k0 + 8 i + t] */
     float16 a = fmax(fmax(fabs(X[0]), fabs(X[1])), fmax(fabs(X[2]), fabs(X[3])));
     a = fmax(a, fmax(fmax(fabs(X[4]), fabs(X[5])), fmax(fabs(X[6]), fabs(X[7]))));
+    const float16 z = ((X[0] + X[1]) + (X[2] + X[3]) + (X[4] + X[5]) + (X[6] + X[7])) * 0.0f;
     const int e = fixed_point_exponent(a);
     int16 hi[8], lo[8], sum = 0;
     for (int t = 0; t < 8; ++t) {
@@ -118,7 +129,7 @@ INLINE void x_int8_parts(__global const half* x, int k0, __local int* q)
     vstore16((lo[0] & 255) | ((lo[2] & 255) << 8) | ((lo[4] & 255) << 16) | (lo[6] << 24), 2, q);
     vstore16((lo[1] & 255) | ((lo[3] & 255) << 8) | ((lo[5] & 255) << 16) | (lo[7] << 24), 3, q);
     vstore16(sum, 4, q);
-    q[80] = (127 + e) << 23; /* sx as float bits */
+    q[80] = as_int(as_float((127 + e) << 23) + nonfinite_nan(z)); /* sx as float bits (NaN: a non-finite x) */
 }
 
 #endif

@@ -169,3 +169,39 @@ def test_warm_calls_use_their_own_arrays(queue, rng, setup):
         got = xe2rt.gemm_w4a16(a2, qw, bias=bias, activation="relu")
         expect, _ = W.run(a2, qw, bias=bias, activation="relu")
         assert np.array_equal(dpnp.asnumpy(got), dpnp.asnumpy(expect))
+
+
+def _w4_paths(queue):
+    """(name, call) for every kernel path a W4 product of x [M, K] can take on this device: gemv_w4a16 at M = 1 with
+    each dequant variant, its batched kernels (M = 2), gemm_w4a16's GEMM at M = 20 (fp32 kernels, and the VNNI
+    kernels where the host has AVX512-VNNI)."""
+    from xe2rt import targets
+    from xe2rt.ops import gemv_w4a16 as V
+    vnni = targets.cpu_has_avx512_vnni(queue.sycl_device) and xe2rt.target_for(queue.sycl_device) == "cpu"
+    paths = [(f"gemv M=1 {d}", 1, lambda x, qw, d=d: V.gemv_w4a16(x[0], qw, dequant=d)[None])
+             for d in ("magic", "plain") + (("vnni",) if vnni else ())]
+    paths.append(("gemv M=2", 2, lambda x, qw: xe2rt.gemm_w4a16(x, qw)))
+    paths += [(f"gemm M=20 {v}", 20, lambda x, qw, v=v: W.run(x, qw, variant=v)[0])
+              for v in ("native",) + (("vnni",) if vnni else ())]
+    return paths
+
+
+@pytest.mark.parametrize("special", [np.nan, np.inf, -np.inf])
+def test_non_finite_activations_never_give_finite_outputs(queue, rng, special):
+    """A NaN or an infinity in a row of x: every output of that row is non-finite on every path (the exact product is
+    +-inf or NaN there), NaN for a NaN; the other rows are as without it. The VNNI kernels' fixed point cannot hold
+    either (an absmax by fmax drops a NaN, an infinity becomes an arbitrary integer); their scale for that 128-k chunk
+    is made NaN instead (w4_cpu.h nonfinite_nan). The offset-sum ("magic") and fixed-point paths give NaN where the
+    product is +-inf; the others follow IEEE."""
+    n, k = 24, 256
+    qw = xe2rt.quantize_w4(rng.standard_normal((n, k)).astype(np.float16), group_size=32).to_device(queue)
+    for name, m, call in _w4_paths(queue):
+        x = rng.standard_normal((m, k)).astype(np.float16)
+        x[0, 133] = special
+        exact = x[1:].astype(np.float64) @ qw.to_host().dequantize(np.float64).T
+        y = dpnp.asnumpy(call(to_device(x, queue), qw)).astype(np.float64)
+        assert not np.isfinite(y[0]).any(), (name, y[0])
+        if np.isnan(special):
+            assert np.isnan(y[0]).all(), (name, y[0])
+        if m > 1:
+            assert np.abs(y[1:] - exact).max() <= 1e-2 * np.abs(exact).max(), name
