@@ -186,3 +186,37 @@ def test_silu_mul_out_shape(queue):
     with pytest.raises(xe2rt.InputError, match=r"out must have shape \(2, 4\), got \(2, 3\)"):
         xe2rt.silu_mul(full(queue, (2, 8)), out=out)
     untouched(out)
+
+
+# ---- real-number arguments past float's range ----
+
+HUGE = 10 ** 400  # a Python int float() cannot convert: it must be an InputError naming the value, not an OverflowError
+
+
+@pytest.mark.parametrize("case", ["rms_norm eps", "rope_kv theta", "rope_kv scaling", "decode_attention scale",
+                                  "prefill_attention scale", "softmax_stats temperature", "gemm_w4a16 activation"])
+def test_huge_ints_and_unhashable_options_are_input_errors(queue, rope, case):
+    x = full(queue, (2, 64))
+    q, k = full(queue, (3, 4, 64)), full(queue, (3, 1, 64))
+    scaling = {"rope_type": "llama3", "factor": HUGE, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    calls = {
+        "rms_norm eps": (lambda: xe2rt.rms_norm(x, full(queue, (64,)), eps=HUGE), "eps must be a finite real number"),
+        "rope_kv theta": (lambda: xe2rt.rope_kv(**rope, theta=HUGE), r"theta \(rope_theta\) must be a finite number"),
+        "rope_kv scaling": (lambda: xe2rt.rope_kv(**rope, theta=1e4, scaling=scaling),
+                            r"scaling\['factor'\] must be a finite number > 0"),
+        "decode_attention scale": (lambda: xe2rt.decode_attention(full(queue, (4, 64)), full(queue, (1, 8, 64)),
+                                                                  full(queue, (1, 8, 64)), 3, scale=HUGE),
+                                   "scale must be finite"),
+        "prefill_attention scale": (lambda: xe2rt.prefill_attention(q, k, k, scale=-HUGE), "scale must be finite"),
+        "softmax_stats temperature": (lambda: xe2rt.softmax_stats(x, temperature=HUGE), "temperature must be in"),
+        "gemm_w4a16 activation": (lambda: xe2rt.gemm_w4a16(full(queue, (20, 64)), xe2rt.quantize_w4(
+            np.ones((8, 64), np.float16), group_size=32).to_device(queue), activation=["relu"]),
+            r"activation must be None, 'relu'.*got \['relu'\]"),
+    }
+    call, message = calls[case]
+    with pytest.raises(xe2rt.InputError, match=message) as info:
+        call()
+    if case != "gemm_w4a16 activation":
+        assert "10000000000" in str(info.value) and len(str(info.value)) < 300  # the value, named by its start
+    untouched(*(a for name, a in rope.items() if name != "positions"), x)

@@ -2,6 +2,8 @@
 offending value."""
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Iterable
 
 import dpctl
@@ -23,6 +25,24 @@ def usm_view(a):
     if hasattr(a, "__sycl_usm_array_interface__"):
         return dpnp.asarray(a).get_array()  # another USM producer: a zero-copy view
     return None
+
+
+def real_number(value) -> float | None:
+    """A real-number argument as a Python float, or None when it is not one (bool and numpy bool included). An int past
+    float's range (10**400) becomes +-inf, so a finiteness check that follows refuses it with the value in its
+    message instead of an OverflowError escaping."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def shown(value, limit: int = 40) -> str:
+    """repr(value) for an error message, cut to `limit` characters (an int of 400 digits is named by its start)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
 
 
 def _not_a_device_array(op: str, name: str, a) -> InputTypeError:

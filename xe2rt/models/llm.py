@@ -31,7 +31,7 @@ import dpctl
 import dpnp
 import numpy as np
 
-from .. import launch
+from .. import launch, validate
 from ..errors import InputError, InputTypeError
 from ..ops.gemv_common import MAX_M
 from ..ops.softmax_stats import MAX_TEMPERATURE, real_temperature
@@ -401,7 +401,7 @@ class DecoderLM:
         t = real_temperature("generate", temperature, "a real number >= 0")
         if not 0 <= t <= MAX_TEMPERATURE:  # NaN fails too
             raise InputError(f"generate: temperature must be a number in [0, 2^120] (0: greedy; xe2rt.softmax_stats' "
-                             f"largest), got {repr(temperature)[:40]}")
+                             f"largest), got {validate.shown(temperature)}")
         temperature = t
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 0 <= top_k:
             raise InputError(f"generate: top_k must be an int >= 0 (0: no limit), got {top_k!r}")

@@ -7,9 +7,8 @@ import threading
 
 import dpctl
 import dpnp
-import numpy as np
 
-from .. import artifacts, launch, module, targets
+from .. import artifacts, launch, module, targets, validate
 from ..config import XE2_TARGETS
 from ..errors import InputError, InputTypeError, TargetError
 
@@ -132,12 +131,12 @@ def attention_scale(op: str, scale, d: int) -> float:
     dot products of D fp16 terms; past that a score could be inf and the softmax NaN or wrong)."""
     if scale is None:
         return d ** -0.5
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+    value = validate.real_number(scale)
+    if value is None:
         raise InputTypeError(f"{op}: scale must be a real number or None (D^-0.5), got {type(scale).__name__} "
                              f"{scale!r}")
-    value = float(scale)
     if not math.isfinite(value):
-        raise InputError(f"{op}: scale must be finite, got {scale!r}")
+        raise InputError(f"{op}: scale must be finite, got {validate.shown(scale)}")
     limit = FP32_MAX / (math.log2(math.e) * d * FP16_MAX * FP16_MAX)
     if abs(value) > limit:
         raise InputError(f"{op}: |scale| must be <= {limit:.3g} for D = {d} (so that no fp32 score "

@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import numbers
 
 import dpnp
 import numpy as np
@@ -53,9 +52,10 @@ _scalings: dict = {}  # a scaling dict's items -> its Llama3Scaling (valid ones 
 
 
 def _eps(op: str, eps, name: str = "eps") -> float:
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps < 0:
-        raise InputError(f"{op}: {name} must be a finite real number >= 0, got {eps!r}")
-    return float(eps)
+    value = validate.real_number(eps)
+    if value is None or not math.isfinite(value) or value < 0:
+        raise InputError(f"{op}: {name} must be a finite real number >= 0, got {validate.shown(eps)}")
+    return value
 
 
 def _same_shape(op: str, name: str, a, shape: tuple, rule: str) -> None:
@@ -158,10 +158,10 @@ class Llama3Scaling:
     def __post_init__(self):
         for name in _SCALING_FIELDS:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-                    or value <= 0:
-                raise InputError(f"rope_kv: scaling[{name!r}] must be a finite number > 0, got {value!r}")
-            object.__setattr__(self, name, float(value))  # plain floats: 8 and 8.0 are one key
+            number = validate.real_number(value)
+            if number is None or not math.isfinite(number) or number <= 0:
+                raise InputError(f"rope_kv: scaling[{name!r}] must be a finite number > 0, got {validate.shown(value)}")
+            object.__setattr__(self, name, number)  # plain floats: 8 and 8.0 are one key
         if not self.high_freq_factor > self.low_freq_factor:
             raise InputError(f"rope_kv: scaling needs high_freq_factor > low_freq_factor, got "
                              f"{self.high_freq_factor} <= {self.low_freq_factor}")
@@ -292,9 +292,10 @@ def run_rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk
     queue = validate.same_queue(op, q=q, k=k, v=v, positions=positions, k_cache=k_cache, v_cache=v_cache,
                                 q_weight=qw, k_weight=kw)
     validate.require_fp16(op, queue)
-    if isinstance(theta, bool) or not isinstance(theta, numbers.Real) or not math.isfinite(theta) or theta <= 1:
-        raise InputError(f"{op}: theta (rope_theta) must be a finite number > 1, got {theta!r}")
-    theta = float(theta)
+    value = validate.real_number(theta)
+    if value is None or not math.isfinite(value) or value <= 1:
+        raise InputError(f"{op}: theta (rope_theta) must be a finite number > 1, got {validate.shown(theta)}")
+    theta = value
     key = scaling_key(scaling)
     if not isinstance(check_positions, (bool, np.bool_)):
         raise InputTypeError(f"{op}: check_positions must be True or False, got {check_positions!r}")

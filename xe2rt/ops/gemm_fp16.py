@@ -53,6 +53,13 @@ KN_WIDE_MAX_M = 4  # kn with at most this many rows: one packet holds them all (
 MAX_DIM = 2**31 - 1 - 256
 
 
+
+def check_activation(op: str, activation) -> None:
+    """activation is None or one of ACTIVATIONS' names (shared with gemm_w4a16)."""
+    if not (activation is None or isinstance(activation, str)) or activation not in ACTIVATIONS:
+        raise InputError(f"{op}: activation must be None, 'relu', 'gelu' (tanh form) or 'gelu_erf' (exact erf "
+                         f"form), got {activation!r}")
+
 def block2d_rule_breaks(name: str, address: int, row_bytes: int, rows: int, pitch: int) -> list[str]:
     """The rules of cl_intel_subgroup_2d_block_io a region must meet (block2d.h); empty when it meets them all."""
     breaks = []
@@ -121,12 +128,10 @@ def cpu_geometry(constants: dict, b_layout: str, m: int, n: int) -> dict:
 def run(a, b, *, bias=None, activation=None, b_layout: str = "kn", out=None, target: str | None = None,
         variant: str = "native"):
     """Validate, launch, and return (out, event); event is None when nothing needed launching."""
-    if b_layout not in B_LAYOUTS:
+    if not isinstance(b_layout, str) or b_layout not in B_LAYOUTS:
         raise InputError(f"{OP}: b_layout must be 'kn' (b is [K, N]) or 'nk' (b is [N, K]), got {b_layout!r}")
-    if activation not in ACTIVATIONS:
-        raise InputError(f"{OP}: activation must be None, 'relu', 'gelu' (tanh form) or 'gelu_erf' (exact erf "
-                         f"form), got {activation!r}")
-    if variant not in FAMILIES:
+    check_activation(OP, activation)
+    if not isinstance(variant, str) or variant not in FAMILIES:
         raise InputError(f"{OP}: variant must be one of {sorted(FAMILIES)}, got {variant!r}")
     validate.device_array(OP, "a", a, dtypes=[np.float16], ndims=[2])
     validate.device_array(OP, "b", b, dtypes=[np.float16], ndims=[2])

@@ -39,7 +39,7 @@ from ..errors import InputError, LaunchLimitError
 from ..quant import QuantizedW4
 from . import gemv_w4a16
 from .common import ceil_div, check_native_xe2, program_for, vnni_available, workspace, xe2_tile_grid
-from .gemm_fp16 import ACTIVATIONS, MAX_DIM, block2d_rule_breaks
+from .gemm_fp16 import ACTIVATIONS, MAX_DIM, block2d_rule_breaks, check_activation
 from .gemv_common import MAX_M as GEMV_MAX_M
 from .gemv_common import check_quantized
 from .. import launch
@@ -110,9 +110,7 @@ def resolve_family(variant: str, target: str, queue) -> str:
 
 def check_inputs(a, qw, bias, activation, out):
     """Everything about the call's arrays; returns (queue, m, n, k)."""
-    if activation not in ACTIVATIONS:
-        raise InputError(f"{OP}: activation must be None, 'relu', 'gelu' (tanh form) or 'gelu_erf' (exact erf "
-                         f"form), got {activation!r}")
+    check_activation(OP, activation)
     validate.device_array(OP, "a", a, dtypes=[np.float16], ndims=[2])
     if isinstance(qw, QuantizedW4) and qw.sycl_queue is None:
         qw.check(OP)

@@ -15,7 +15,6 @@ Geometry:
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
@@ -44,12 +43,10 @@ MAX_TEMPERATURE = 2.0 ** 120  # above 3.3e36 a float32 row spanning more than fl
 def real_temperature(op: str, temperature, rule: str) -> float:
     """A temperature argument as a Python float (inf where float() overflows: 10**400); InputTypeError naming `rule`
     for anything that is not a real number (bool included). Shared with xe2rt.models.llm's generate."""
-    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real):
+    value = validate.real_number(temperature)
+    if value is None:
         raise InputTypeError(f"{op}: temperature must be {rule}, got {type(temperature).__name__} {temperature!r}")
-    try:
-        return float(temperature)
-    except OverflowError:
-        return math.inf
+    return value
 
 
 def check_temperature(op: str, temperature) -> float:
@@ -59,7 +56,7 @@ def check_temperature(op: str, temperature) -> float:
     t = real_temperature(op, temperature, "a real number")
     if not MIN_TEMPERATURE <= t <= MAX_TEMPERATURE:  # NaN fails too
         raise InputError(f"{op}: temperature must be in [{MIN_TEMPERATURE:.8g}, 2^120 = {MAX_TEMPERATURE:.4g}] "
-                         f"(float32's smallest normal number up to 2^120), got {repr(temperature)[:40]}")
+                         f"(float32's smallest normal number up to 2^120), got {validate.shown(temperature)}")
     return float(np.float32(t))
 
 
