@@ -40,6 +40,18 @@ def _close(y, q, k, v, length, scale=None):
     assert np.all(err <= decode_attention_bound(q, k, v, length, scale))
 
 
+@pytest.mark.parametrize("scale", [-1.0, -0.125, 0.0])
+def test_negative_and_zero_scales_within_the_bound(queue, scale):
+    """A negative scale flips every score (the same output as -q with -scale, bit for bit); the bound follows |scale|
+    (decode_attention_bound took c = scale log2 e, negative, and was too small by up to 69x for these)."""
+    (q, k, v), (qd, kd, vd) = _inputs(queue, hq=4, hkv=1, d=64, t=300)
+    y = xe2rt.decode_attention(qd, kd, vd, 300, scale=scale)
+    _close(y, q, k, v, 300, scale)
+    if scale:
+        flipped = xe2rt.decode_attention(to_device(-q, queue), kd, vd, 300, scale=-scale)
+        np.testing.assert_array_equal(dpnp.asnumpy(y), dpnp.asnumpy(flipped))
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_out_warm_calls_and_bind(queue, target):
     (q, k, v), (qd, kd, vd) = _inputs(queue)

@@ -410,10 +410,20 @@ def test_malformed_files_and_configs_are_named(tmp_path):
                                                     "config_groups": [1]}}, "malformed quantization_config"),
                           ({"head_dim": "64"}, "head_dim must be a positive integer, got '64'"),
                           ({"eos_token_id": [2, None]}, r"eos_token_id must be a token id or a list of token ids"),
-                          ({"architectures": "LlamaForCausalLM"}, "architectures must be a list")]:
+                          ({"architectures": "LlamaForCausalLM"}, "architectures must be a list"),
+                          # values the ops would refuse at every call, or that are not numbers: refused at load
+                          ({"rope_theta": 1.0}, r"rope_theta must be a finite number > 1, got 1\.0"),
+                          ({"rope_theta": float("inf")}, "rope_theta must be a finite positive number, got inf"),
+                          ({"rms_norm_eps": 1e300}, "rms_norm_eps must be at most float32's largest number"),
+                          ({"rms_norm_eps": 10 ** 400}, r"rms_norm_eps must be a finite positive number, got 1000"),
+                          ({"max_position_embeddings": "abc"}, "max_position_embeddings must be a positive integer"),
+                          ({"rope_scaling": {"rope_type": "llama3", "factor": float("nan"), "low_freq_factor": 1,
+                                             "high_freq_factor": 4, "original_max_position_embeddings": 8192}},
+                           "factor must be a finite positive number, got nan")]:
         (out / "config.json").write_text(json.dumps(dict(cfg, **change)))
-        with pytest.raises(CheckpointError, match=match):
+        with pytest.raises(CheckpointError, match=match) as info:
             read_config(out)
+        assert "config.json" in str(info.value)
     (out / "config.json").write_text("[]")
     with pytest.raises(CheckpointError, match="must hold a JSON table"):
         read_config(out)
@@ -528,3 +538,31 @@ def test_rewriting_a_folder_replaces_its_weights(tmp_path):
     rnd.write("tiny-llama", out, fmt="gptq", layers=1, seed=4)  # another format over it: only its own files stay
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
     assert isinstance(load_weights(out, progress=False)[1]["layers"][0]["o"], QuantizedW4)
+
+
+def test_moe_layer_fields_are_checked():
+    """decoder_sparse_step and mlp_only_layers decide which layers are MoE: values of the wrong kind, or layer indices
+    outside the model, are CheckpointErrors naming the field (they were a ValueError, a TypeError, or ignored)."""
+    from xe2rt.models.checkpoint import parse_config
+    raw = json.loads((rnd.CONFIG_DIR / "tiny-qwen3-moe.json").read_text())
+    layers = raw["num_hidden_layers"]
+    assert parse_config(dict(raw, mlp_only_layers=[0])).moe_layers == tuple(range(1, layers))
+    assert parse_config(dict(raw, decoder_sparse_step=2)).moe_layers == tuple(range(1, layers, 2))
+    for change, match in [({"decoder_sparse_step": "abc"}, "decoder_sparse_step must be a positive integer"),
+                          ({"decoder_sparse_step": 0}, "decoder_sparse_step must be a positive integer"),
+                          ({"mlp_only_layers": 3}, "mlp_only_layers must be a list of layer indices"),
+                          ({"mlp_only_layers": [layers]}, rf"in \[0, num_hidden_layers = {layers}\), got \[{layers}\]"),
+                          ({"mlp_only_layers": ["1"]}, "mlp_only_layers must be a list of layer indices")]:
+        with pytest.raises(CheckpointError, match=match):
+            parse_config(dict(raw, **change))
+
+
+def test_quantization_config_over_float_files_is_named(tmp_path):
+    """A float checkpoint whose config.json claims GPTQ loaded (only the lm_head was then quantized, to W4); it is now
+    a CheckpointError before anything is read."""
+    out = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=1)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}
+    (out / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="quantization_config says 'gptq', but no tensor is stored quantized"):
+        load_weights(out, progress=False)

@@ -279,3 +279,14 @@ def test_option_types_and_importer_checks():
         from_gptq(np.zeros((8, 16), np.int32), np.full((2, 2), 0x77777777, np.int32), scales)
     with pytest.raises(xe2rt.InputError, match=r"scales\[1, 3\] = nan: scales must be finite"):
         from_awq(np.zeros((64, 2), np.int32), np.zeros((2, 2), np.int32), scales)
+
+
+def test_queue_arguments_must_be_queues():
+    """to_device and the importers' queue= take a dpctl.SyclQueue: a filter string or anything else is an
+    InputTypeError saying so (it was dpctl's TypeError)."""
+    w = np.random.default_rng(0).standard_normal((8, 128)).astype(np.float16)
+    qw = xe2rt.quantize_w4(w, group_size=32)
+    for call in (lambda: qw.to_device("opencl:cpu"), lambda: xe2rt.quantize_w8(w).to_device(0),
+                 lambda: xe2rt.from_awq(*pack_awq(qw), queue="opencl:cpu")):
+        with pytest.raises(xe2rt.InputTypeError, match="queue must be a dpctl.SyclQueue"):
+            call()

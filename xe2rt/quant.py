@@ -64,7 +64,12 @@ def _check_same_place(owner: str, **parts) -> None:
 def _place(arrays: dict, queue):
     if queue is None:
         return {k: (None if v is None else _host(v)) for k, v in arrays.items()}
+    import dpctl
     import dpnp
+    if not isinstance(queue, dpctl.SyclQueue):
+        raise InputTypeError(f"queue must be a dpctl.SyclQueue (or None: host parts), got {type(queue).__name__} "
+                             f"{queue!r}; make one with dpctl.SyclQueue({queue!r})" if isinstance(queue, str) else
+                             f"queue must be a dpctl.SyclQueue (or None: host parts), got {type(queue).__name__}")
     return {k: (None if v is None else dpnp.asarray(_host(v), sycl_queue=queue)) for k, v in arrays.items()}
 
 

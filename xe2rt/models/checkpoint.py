@@ -29,9 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import validate
 from ..errors import InputError, Xe2rtError
 from ..quant import (GROUP_SIZES, QuantizedW4, QuantizedW8, SYMMETRIC_ZERO, _unpack_nibbles, from_awq, from_gptq,
                      quantize_w4, quantize_w8)
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 QUANT_METHODS = ("gptq", "awq", "compressed-tensors")
@@ -103,8 +106,11 @@ def _field(raw: dict, name: str, kind=int, default=None, path="config.json"):
         raise CheckpointError(f"{path}: field {name!r} is missing")
     if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
         raise CheckpointError(f"{path}: {name} must be a positive integer, got {value!r}")
-    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-        raise CheckpointError(f"{path}: {name} must be a positive number, got {value!r}")
+    if kind is float:
+        number = validate.real_number(value) if isinstance(value, (int, float)) else None
+        if number is None or not 0 < number < math.inf:
+            raise CheckpointError(f"{path}: {name} must be a finite positive number, got {validate.shown(value)}")
+        return number
     return kind(value)
 
 
@@ -186,6 +192,10 @@ def _parse_quant(raw: dict, path: str) -> QuantConfig:
 def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: must hold a JSON table of model settings, got a {type(raw).__name__}")
+
+    def field(name: str, kind=int, default=None):
+        return _field(raw, name, kind, default, path)
+
     archs = raw.get("architectures") or []
     if not isinstance(archs, list):
         raise CheckpointError(f"{path}: architectures must be a list of names, got {archs!r}")
@@ -201,10 +211,10 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
         raise UnsupportedModelError(f"{path}: hidden_act {raw.get('hidden_act')!r} is not supported; supported: silu")
     if _flag(raw, "use_sliding_window", False, path):
         raise UnsupportedModelError(f"{path}: use_sliding_window = true is not supported")
-    hidden = _field(raw, "hidden_size")
-    heads = _field(raw, "num_attention_heads")
-    kv_heads = _field(raw, "num_key_value_heads", default=heads)
-    head_dim = _field(raw, "head_dim") if raw.get("head_dim") is not None else hidden // heads
+    hidden = field("hidden_size")
+    heads = field("num_attention_heads")
+    kv_heads = field("num_key_value_heads", default=heads)
+    head_dim = field("head_dim") if raw.get("head_dim") is not None else hidden // heads
     if heads % kv_heads:
         raise CheckpointError(f"{path}: num_attention_heads {heads} must be a multiple of num_key_value_heads "
                               f"{kv_heads}")
@@ -226,19 +236,27 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
     if not all(type(t) is int and t >= 0 for t in eos_ids):
         raise CheckpointError(f"{path}: eos_token_id must be a token id or a list of token ids, got {eos!r}")
-    layers = _field(raw, "num_hidden_layers")
-    cfg = ModelConfig(arch, hidden, layers, heads, kv_heads, int(head_dim), _field(raw, "intermediate_size"),
-                      _field(raw, "vocab_size"), _field(raw, "rms_norm_eps", float), _field(raw, "rope_theta", float),
-                      scaling, _flag(raw, "tie_word_embeddings", False, path),
-                      int(raw.get("max_position_embeddings") or 4096), eos_ids,
-                      quant=parse_quant(raw.get("quantization_config"), path), raw=raw)
+    layers = field("num_hidden_layers")
+    eps, theta = field("rms_norm_eps", float), field("rope_theta", float)
+    if eps > FLOAT32_MAX:  # the kernels take eps as a float
+        raise CheckpointError(f"{path}: rms_norm_eps must be at most float32's largest number, got {eps!r}")
+    if not theta > 1:  # rope_kv's rule: a base of 1 or less gives no rotation that depends on the position
+        raise CheckpointError(f"{path}: rope_theta must be a finite number > 1, got {theta!r}")
+    max_positions = 4096 if raw.get("max_position_embeddings") is None else field("max_position_embeddings")
+    cfg = ModelConfig(arch, hidden, layers, heads, kv_heads, int(head_dim), field("intermediate_size"),
+                      field("vocab_size"), eps, theta, scaling, _flag(raw, "tie_word_embeddings", False, path),
+                      max_positions, eos_ids, quant=parse_quant(raw.get("quantization_config"), path), raw=raw)
     if arch == "Qwen3MoeForCausalLM":
-        cfg.num_experts = _field(raw, "num_experts")
-        cfg.experts_per_token = _field(raw, "num_experts_per_tok")
-        cfg.moe_intermediate = _field(raw, "moe_intermediate_size")
+        cfg.num_experts = field("num_experts")
+        cfg.experts_per_token = field("num_experts_per_tok")
+        cfg.moe_intermediate = field("moe_intermediate_size")
         cfg.norm_topk_prob = _flag(raw, "norm_topk_prob", False, path)
-        step = int(raw.get("decoder_sparse_step", 1) or 1)
-        dense = set(raw.get("mlp_only_layers") or ())
+        step = 1 if raw.get("decoder_sparse_step") is None else field("decoder_sparse_step")
+        dense = raw.get("mlp_only_layers") or []
+        if not isinstance(dense, list) or not all(type(i) is int and 0 <= i < layers for i in dense):
+            raise CheckpointError(f"{path}: mlp_only_layers must be a list of layer indices in [0, "
+                                  f"num_hidden_layers = {layers}), got {validate.shown(dense)}")
+        dense = set(dense)
         cfg.moe_layers = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
         if cfg.experts_per_token > cfg.num_experts:
             raise CheckpointError(f"{path}: num_experts_per_tok {cfg.experts_per_token} exceeds num_experts "

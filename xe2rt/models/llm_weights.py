@@ -166,8 +166,9 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
 
 
 def _check_names(ckpt: Checkpoint, cfg: ModelConfig) -> None:
-    """Before anything is read: tensors of layers past num_hidden_layers, and linear biases (the supported
-    architectures have none; all-zero ones, which some exporters write, are accepted and ignored)."""
+    """Before anything is read: tensors of layers past num_hidden_layers, linear biases (the supported
+    architectures have none; all-zero ones, which some exporters write, are accepted and ignored), and a
+    quantization_config over files that hold no quantized tensor."""
     for name in sorted(ckpt.tensors):
         m = re.match(r"model\.layers\.(\d+)\.", name)
         if m and int(m.group(1)) >= cfg.layers:
@@ -176,6 +177,10 @@ def _check_names(ckpt: Checkpoint, cfg: ModelConfig) -> None:
         if name.endswith(".bias") and np.any(ckpt.raw(name) != 0):
             raise UnsupportedModelError(f"{ckpt.folder}: tensor {name!r} holds nonzero biases; {cfg.architecture} "
                                         f"as xe2rt runs it has no linear biases (attention_bias and mlp_bias false)")
+    if cfg.quant.method and not any(name.endswith((".qweight", ".weight_packed")) for name in ckpt.tensors):
+        raise CheckpointError(f"{ckpt.folder}: config.json's quantization_config says {cfg.quant.method!r}, but no "
+                              f"tensor is stored quantized (no .qweight or .weight_packed): the files are a float "
+                              f"checkpoint; remove quantization_config from config.json, or load the quantized files")
 
 
 def _check_all_used(ckpt: Checkpoint, cfg: ModelConfig) -> None:

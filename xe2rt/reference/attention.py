@@ -55,7 +55,7 @@ def decode_attention_bound(q, k_cache, v_cache, length: int, scale: float | None
     """
     q, k, v, z, scale = _scores(q, k_cache, v_cache, length, scale)
     d = k.shape[2]
-    c = scale * LOG2E
+    c = abs(scale) * LOG2E  # a negative scale flips the scores, not their error
     a_max = np.einsum("kgd,ktd->kgt", np.abs(q), np.abs(k)).max(axis=2)  # max_t A_t per head [Hkv, G]
     e_max = (d + 3) * U32 * c * a_max
     r = 2.1 * c * a_max
