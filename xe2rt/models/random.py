@@ -169,9 +169,14 @@ def quant_config(fmt: str, group: int, sym: bool, v2: bool) -> dict | None:
 def quant_tensors(fmt: str, prefix: str, n: int, k: int, group: int, sym: bool, v2: bool, rng) -> dict:
     """The stored tensors of one random 4-bit linear [N, K] in `fmt`'s layout (codes, scales, zeros)."""
     g = k // group
-    codes = rng.integers(0, 16, (n, k), dtype=np.uint8)  # q[n, k]
-    zeros = np.full((n, g), 8, np.uint8) if sym else rng.integers(4, 13, (n, g), dtype=np.uint8)
-    scales = (np.abs(rng.standard_normal((n, g))) * 0.5 + 0.5) / (4.6 * math.sqrt(k))
+    zeros = np.full((n, g), 8, np.uint8) if sym else rng.integers(5, 11, (n, g), dtype=np.uint8)
+    # codes around each group's zero point (q - z ~ N(0, 2.5^2) rounded, clipped to [0, 15]): weights of mean about 0,
+    # as a quantizer makes them from trained weights. Uniform codes (an earlier version) gave q - z a mean of -0.5
+    # (symmetric) or 7.5 - z (asymmetric): every linear then added a large constant component, the random model became
+    # so ill-conditioned that fp16-sized noise in a float64 forward moved long-prompt logits below cosine 0.999.
+    z = np.repeat(zeros, group, axis=1).astype(np.float32)
+    codes = np.clip(np.rint(z + 2.5 * rng.standard_normal((n, k), dtype=np.float32)), 0, 15).astype(np.uint8)
+    scales = (np.abs(rng.standard_normal((n, g))) * 0.5 + 0.5) / (2.5 * math.sqrt(k))
     scales = scales.astype(np.float16)
     if fmt == "gptq":
         stored = zeros.T.astype(np.int32) - (0 if v2 else 1)  # v1 stores zero - 1
