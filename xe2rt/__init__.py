@@ -64,7 +64,8 @@ from .warmup import warmup  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "softmax_stats", "info", "target_for", "__version__", "bind", "Plan", "warmup",
+    "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "softmax_stats", "info", "target_for", "__version__", "bind",
+    "Plan", "warmup",
     "gemv_w4a16", "gemv_w8a16", "gemm_w4a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8",
     "from_gptq", "from_awq",
     "moe_ffn_w4a16", "moe_layer", "QuantizedW4Experts", "quantize_w4_experts", "experts_from_gptq",

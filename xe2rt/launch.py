@@ -274,10 +274,7 @@ def _scalar(spec: tuple, value):
     if kind is not float and kind is not int and not isinstance(value, (numbers.Real, np.floating, np.integer)) \
             or kind is bool:
         raise InputTypeError(f"{where}: declared {cl_type} takes a real number, got {kind.__name__}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int past double's range
-        number = math.inf
+    number = validate.real_number(value)  # an int past double's range: +-inf
     if math.isinf(number) and (isinstance(value, (int, np.integer)) or np.isfinite(value)):  # 10**400, a longdouble
         raise InputError(f"{where}: {value!r} overflows the kernel's {cl_type} (max "
                          f"{float(np.finfo(_CL_DTYPES[cl_type]).max)})")

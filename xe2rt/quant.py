@@ -67,9 +67,8 @@ def _place(arrays: dict, queue):
     import dpctl
     import dpnp
     if not isinstance(queue, dpctl.SyclQueue):
-        raise InputTypeError(f"queue must be a dpctl.SyclQueue (or None: host parts), got {type(queue).__name__} "
-                             f"{queue!r}; make one with dpctl.SyclQueue({queue!r})" if isinstance(queue, str) else
-                             f"queue must be a dpctl.SyclQueue (or None: host parts), got {type(queue).__name__}")
+        fix = f" {queue!r}; make one with dpctl.SyclQueue({queue!r})" if isinstance(queue, str) else ""
+        raise InputTypeError(f"queue must be a dpctl.SyclQueue (or None: host parts), got {type(queue).__name__}{fix}")
     return {k: (None if v is None else dpnp.asarray(_host(v), sycl_queue=queue)) for k, v in arrays.items()}
 
 

@@ -525,7 +525,7 @@ class DecoderLM:
             w = s * np.exp((m - big) / t)
         if not want_candidates:
             cw = np.cumsum(w)
-            r = min(int(np.searchsorted(cw, u * cw[-1], side="right")), int(np.flatnonzero(w)[-1]))
+            r = _inverse_cdf_host(w, u)
             rest = min(max((u * cw[-1] - (cw[r - 1] if r else 0.0)) / w[r], 0.0), 1.0)
             row = np.empty(ARG_ROW, np.float16)
             launch.read_back([(launch.memory_at(grid[r].get_array()), row)], self.queue)

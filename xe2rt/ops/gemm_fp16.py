@@ -53,12 +53,12 @@ KN_WIDE_MAX_M = 4  # kn with at most this many rows: one packet holds them all (
 MAX_DIM = 2**31 - 1 - 256
 
 
-
 def check_activation(op: str, activation) -> None:
     """activation is None or one of ACTIVATIONS' names (shared with gemm_w4a16)."""
     if not (activation is None or isinstance(activation, str)) or activation not in ACTIVATIONS:
         raise InputError(f"{op}: activation must be None, 'relu', 'gelu' (tanh form) or 'gelu_erf' (exact erf "
                          f"form), got {activation!r}")
+
 
 def block2d_rule_breaks(name: str, address: int, row_bytes: int, rows: int, pitch: int) -> list[str]:
     """The rules of cl_intel_subgroup_2d_block_io a region must meet (block2d.h); empty when it meets them all."""

@@ -1,5 +1,5 @@
-"""References for softmax_topk, topk and softmax_stats, in float64 from the exact (already rounded) inputs, implementing the stated
-rules exactly:
+"""References for softmax_topk, topk and softmax_stats, in float64 from the exact (already rounded) inputs,
+implementing the stated rules exactly:
 
 Ordering: value descending; NaN ranks above +Inf (all NaNs equal); -0.0 == +0.0; equal values keep the lower index
 first.
