@@ -1,5 +1,7 @@
 """Bad input to rms_norm, rope_kv and silu_mul fails before launch with a message that states the rule and the value;
 nothing is written (rope_kv's caches, q and k, and given out arrays keep their sentinel bytes)."""
+import re
+
 import dpctl
 import numpy as np
 import pytest
@@ -99,9 +101,18 @@ def test_cache_overlaps_k(queue, rope):
     (dict(theta=0.5), xe2rt.InputError, r"theta \(rope_theta\) must be a finite number > 1, got 0.5"),
     (dict(scaling={"rope_type": "yarn", "factor": 4.0}), xe2rt.InputError, "rope_type 'llama3' only.*'yarn'"),
     (dict(scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}),
-     xe2rt.InputError, r"scaling\['original_max_position_embeddings'\] must be a finite number > 0, got None"),
+     xe2rt.InputError, r"scaling\['original_max_position_embeddings'\] must be a finite number > 0 .*, got None"),
     (dict(scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
                    "original_max_position_embeddings": 8192}), xe2rt.InputError, "high_freq_factor > low_freq_factor"),
+    # the frequencies are computed in float32: a field it rounds to 0, a subnormal or past its range would make them
+    # inf or NaN (1e-50 gave NaN in q, k and the caches), and high - low divides
+    *[(dict(scaling={"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192}), xe2rt.InputError,
+       rf"scaling\['factor'\] must be a finite number > 0 within float32's normal range .*got {re.escape(repr(factor))}")
+      for factor in (1e-50, 1e-40, 1e39)],
+    (dict(scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0 + 1e-9,
+                   "original_max_position_embeddings": 8192}), xe2rt.InputError,
+     "high_freq_factor > low_freq_factor in float32"),
     (dict(scaling=[8.0]), xe2rt.InputTypeError, "scaling must be None, a rope_scaling dict"),
     (dict(qk_norm=(1, 2)), xe2rt.InputTypeError, r"qk_norm must be None or a \(q_weight, k_weight, eps\)"),
     (dict(check_positions=1), xe2rt.InputTypeError, "check_positions must be True or False"),

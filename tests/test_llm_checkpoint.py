@@ -419,7 +419,10 @@ def test_malformed_files_and_configs_are_named(tmp_path):
                           ({"max_position_embeddings": "abc"}, "max_position_embeddings must be a positive integer"),
                           ({"rope_scaling": {"rope_type": "llama3", "factor": float("nan"), "low_freq_factor": 1,
                                              "high_freq_factor": 4, "original_max_position_embeddings": 8192}},
-                           "factor must be a finite positive number, got nan")]:
+                           "factor must be a finite positive number, got nan"),
+                          ({"rope_scaling": {"rope_type": "llama3", "factor": 1e-50, "low_freq_factor": 1,
+                                             "high_freq_factor": 4, "original_max_position_embeddings": 8192}},
+                           r"rope_scaling: rope_kv: scaling\['factor'\] must be .* float32's normal range")]:
         (out / "config.json").write_text(json.dumps(dict(cfg, **change)))
         with pytest.raises(CheckpointError, match=match) as info:
             read_config(out)

@@ -72,7 +72,17 @@ def _row(ctx, name, case, seconds, wall, host, nbytes, alt_name, alt, copies, po
                   note=f"{name}: kernel {seconds * 1e6:.1f} us, host {host * 1e6:.1f} us/call, wall {wall * 1e6:.1f} us; "
                        f"{copies} copies ({where}); launch floor {floor * 1e6:.1f} us"
                        + (f", so at most {_ceiling(nbytes, floor, ctx.last_read_gbps):.0f}% of the probe"
-                          if ctx.last_read_gbps else ""))
+                          if ctx.last_read_gbps else "")
+                       + (_read_only(ctx, nbytes, copies) if where == "pool in LLC" else ""))
+
+
+def _read_only(ctx, nbytes: int, copies: int) -> str:
+    """The note's measured ceiling for a cache-resident row: one stream_read launch that only reads the row's bytes
+    (same pool size), its kernel time and % of the probe. An op that reads and writes those bytes is not faster."""
+    seconds = ctx.read_launch_seconds(nbytes, copies)
+    probe = ctx.last_read_gbps
+    share = f" = {100.0 * nbytes / seconds / (probe * 1e9):.0f}% of the probe" if probe else ""
+    return f"; a launch that only reads the same bytes (stream_read): {seconds * 1e6:.1f} us{share}"
 
 
 def _ceiling(nbytes: int, floor: float, read_gbps: float) -> float:

@@ -212,6 +212,28 @@ class BenchContext:
             raise RuntimeError("stream_read returned a wrong sum; bandwidth figure would be meaningless")
         return n_floats * 4 / seconds / 1e9
 
+    def read_launch_seconds(self, nbytes: int, copies: int) -> float:
+        """Kernel time of the fastest stream_read launch over nbytes, rotating through `copies` buffers as a row's pool
+        does: one work-group, two, or the probe's geometry (a few kilobytes are read fastest by one work-group), the
+        median of the context's iterations each. What a launch that only reads those bytes takes on this device: the
+        measured ceiling beside a small op's row (an op that also writes them cannot be faster)."""
+        program = artifacts.load(self.queue, self.target, "stream_read")
+        n_floats = max(1, nbytes // 4)
+        buffers = [dpnp.ones(n_floats, dtype=np.float32, sycl_queue=self.queue) for _ in range(max(2, copies))]
+        items, local = self._probe_geometry(program)
+        sums = dpnp.empty(items, dtype=np.float32, sycl_queue=self.queue)
+        kernel = program.kernel()
+        best = math.inf
+        for size in sorted({local, 2 * local, items}):
+            sums[...] = 0
+            seconds = self._median_event_seconds(
+                lambda i: launch.launch(kernel, [buffers[i % len(buffers)], sums, n_floats], size, local, self.queue),
+                2, self.iters)
+            if not np.isclose(float(dpnp.asnumpy(sums[:size]).sum(dtype=np.float64)), n_floats, rtol=1e-3):
+                raise RuntimeError("stream_read returned a wrong sum; its time would be meaningless")
+            best = min(best, seconds)
+        return best
+
     def measure_fma_peak(self, iters: int = 40000) -> float:
         """GFLOP/s of the shipped fma_peak kernel (independent fp32 multiply-add chains on every compute unit): the
         device's own multiply-add ceiling, which compute-bound rows are quoted against. Median of 3 launches after

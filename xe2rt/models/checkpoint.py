@@ -232,6 +232,11 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
             _field(scaling, key, float, path=f"{path} rope_scaling")
         if not scaling["high_freq_factor"] > scaling["low_freq_factor"]:
             raise CheckpointError(f"{path}: rope_scaling high_freq_factor must exceed low_freq_factor, got {scaling}")
+        from ..ops.decoder_small import scaling_key
+        try:  # the rules rope_kv applies at every call (float32's range: the frequencies are computed in float32)
+            scaling_key(scaling)
+        except InputError as error:
+            raise CheckpointError(f"{path}: rope_scaling: {error}") from None
     eos = raw.get("eos_token_id")
     eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
     if not all(type(t) is int and t >= 0 for t in eos_ids):

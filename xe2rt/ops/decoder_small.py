@@ -143,6 +143,7 @@ def run_rms_norm(x, weight, *, eps, residual=None, out=None, target: str | None 
 
 # ---- rope_kv ----
 
+_F32_NORMAL = (float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max))
 _SCALING_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -159,12 +160,16 @@ class Llama3Scaling:
         for name in _SCALING_FIELDS:
             value = getattr(self, name)
             number = validate.real_number(value)
-            if number is None or not math.isfinite(number) or number <= 0:
-                raise InputError(f"rope_kv: scaling[{name!r}] must be a finite number > 0, got {validate.shown(value)}")
+            # the frequencies are computed in float32 (HF's formula): a field float32 rounds to 0 or inf (or a
+            # subnormal, whose reciprocal overflows) would make them inf or NaN
+            if number is None or not _F32_NORMAL[0] <= number <= _F32_NORMAL[1]:
+                raise InputError(f"rope_kv: scaling[{name!r}] must be a finite number > 0 within float32's normal range "
+                                 f"[{_F32_NORMAL[0]:.4g}, {_F32_NORMAL[1]:.4g}] (the frequencies are computed in "
+                                 f"float32), got {validate.shown(value)}")
             object.__setattr__(self, name, number)  # plain floats: 8 and 8.0 are one key
-        if not self.high_freq_factor > self.low_freq_factor:
-            raise InputError(f"rope_kv: scaling needs high_freq_factor > low_freq_factor, got "
-                             f"{self.high_freq_factor} <= {self.low_freq_factor}")
+        if not np.float32(self.high_freq_factor) > np.float32(self.low_freq_factor):
+            raise InputError(f"rope_kv: scaling needs high_freq_factor > low_freq_factor in float32 (their difference "
+                             f"divides), got {self.high_freq_factor!r} and {self.low_freq_factor!r}")
 
     def as_dict(self) -> dict:
         return {"rope_type": "llama3", **{name: getattr(self, name) for name in _SCALING_FIELDS}}
