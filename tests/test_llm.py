@@ -92,6 +92,10 @@ def test_sampling(model):
     out = model.generate(ids, 6, stop=[stop], stream=seen.append)
     np.testing.assert_array_equal(out, greedy[:first])
     assert seen == greedy[:first].tolist()
+    np.testing.assert_array_equal(model.generate(ids, 6, stop=np.array(stop)), greedy[:first])  # a 0-d array
+    for bad in (True, [False, True], np.array(True), "ab", 1.5):  # True would read as token id 1
+        with pytest.raises(InputTypeError, match="stop must be a token id or an iterable of token ids"):
+            model.generate(ids, 6, stop=bad)
 
 
 def test_unsupported_and_missing(tmp_path, queue):
@@ -192,9 +196,43 @@ def test_generate_command_line(tmp_path):
     model = llm.load(folder, max_tokens=16, progress=False)
     assert [int(t) for t in lines[0].split()] == model.generate([5, 9, 13], 4).tolist()
     for ids, message in [("1,,2", "must be comma-separated integers"), ("", "is empty"),
-                         ("4294967297", "outside int32"), (f"1,{model.cfg.vocab}", "outside the vocabulary")]:
+                         ("4294967297", "outside int32"), (f"1,{model.cfg.vocab}", "outside the vocabulary"),
+                         ("-1,2", "ids[0] = -1 is outside the vocabulary")]:  # argparse would take -1,2 for an option
         res = run("--prompt-ids", ids, "-n", "2")
         assert res.returncode == 2 and message in res.stderr, (ids, res.stderr[-1000:])
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def _byte_level_tokenizer(folder, vocab: int, token_bytes: dict) -> None:
+    """A byte-level BPE tokenizer.json (GPT-2's byte-to-character table, as Llama-3 and Qwen3 use) with no merges:
+    token id -> one byte as given in token_bytes, the other bytes and fillers on the remaining ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    extra = iter(range(256, 512))
+    char = {b: chr(b if b in printable else next(extra)) for b in range(256)}
+    table = {char[b]: t for t, b in token_bytes.items()}
+    free = (i for i in range(vocab) if i not in token_bytes)
+    for b in range(256):
+        table.setdefault(char[b], next(free))
+    table.update({f"<filler{i}>": i for i in free})
+    tok = Tokenizer(models.BPE(vocab=table, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(folder / "tokenizer.json"))
+
+
+def test_command_line_streams_characters_split_across_tokens(tmp_path):
+    """With a byte-level tokenizer a character's UTF-8 bytes may come in several tokens: the streamed text holds back
+    the U+FFFD an incomplete character decodes to (it printed U+FFFD and lost the character before)."""
+    folder = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=1, seed=2)
+    model = llm.load(folder, max_tokens=16, progress=False)
+    greedy = model.generate([1, 2, 3], 5).tolist()
+    assert len(set(greedy)) == 5, greedy  # this seed's greedy output: five distinct ids, one byte each
+    _byte_level_tokenizer(folder, model.cfg.vocab, dict(zip(greedy, "€é".encode())))  # E2 82 AC C3 A9
+    res = subprocess.run([sys.executable, "-m", "xe2rt", "generate", str(folder), "--prompt-ids", "1,2,3", "-n", "5"],
+                         capture_output=True, text=True, encoding="utf-8", timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.splitlines()[0] == "€é"
 
 
 def test_command_line_text_prompt_sizes_the_cache(tmp_path):

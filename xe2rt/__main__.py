@@ -44,8 +44,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# options whose value may start with "-" without being a plain negative number (argparse would read "-1,2" as an
+# option and print its usage block): "--prompt-ids -1,2" is passed on as "--prompt-ids=-1,2", so the command's own
+# check reports the id in one line
+DASH_VALUE_OPTIONS = ("--prompt-ids",)
+
+
+def _attach_dash_values(argv: list[str]) -> list[str]:
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in DASH_VALUE_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-") \
+                and argv[i + 1] not in ("-h", "--help"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_attach_dash_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         from . import _icd, config
         _icd.setup()  # raised at import too, then deferred to here (see xe2rt/__init__.py)

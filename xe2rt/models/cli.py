@@ -77,12 +77,20 @@ def run(args: argparse.Namespace) -> int:
                 print(token, end=" ", flush=True)
             else:  # decode the whole text so far: tokenizers join sub-words correctly only in context
                 text.append(token)
-                full = model.tokenizer.decode(text)
-                print(full[len(stream.shown):], end="", flush=True)
-                stream.shown = full
+                # a character whose UTF-8 bytes span tokens decodes as U+FFFD until its last byte arrives: hold back
+                # a trailing U+FFFD (as transformers' TextStreamer does); the end of the run prints what is left
+                _show(model.tokenizer.decode(text).rstrip("\ufffd"))
+
+        def _show(full):
+            print(full[len(stream.shown):], end="", flush=True)
+            stream.shown = full
         stream.shown = ""
-        out = model.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                             top_p=args.top_p, seed=args.seed, stop=model.cfg.eos_ids or None, stream=stream)
+        try:
+            out = model.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                                 top_p=args.top_p, seed=args.seed, stop=model.cfg.eos_ids or None, stream=stream)
+        finally:
+            if text:  # bytes that never completed a character stay U+FFFD, as a whole decode shows them
+                _show(model.tokenizer.decode(text))
     except Xe2rtError as exc:
         message = str(exc)
         message = message[len("generate: "):] if message.startswith("generate: ") else message

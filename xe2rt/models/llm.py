@@ -409,11 +409,15 @@ class DecoderLM:
             raise InputError(f"generate: top_p must be in (0, 1], got {top_p!r}")
         stops = set()
         if stop is not None:
+            single = isinstance(stop, (int, np.integer, np.bool_)) or (isinstance(stop, np.ndarray) and stop.ndim == 0)
             try:
-                stops = {operator.index(s) for s in ([stop] if isinstance(stop, (int, np.integer)) else stop)}
+                items = [stop] if single else list(stop)
+                if any(isinstance(s, (bool, np.bool_)) or getattr(s, "dtype", None) == np.bool_ for s in items):
+                    raise TypeError  # True would read as token id 1
+                stops = {operator.index(s) for s in items}
             except TypeError:
-                raise InputTypeError(f"generate: stop must be a token id or an iterable of token ids, got "
-                                     f"{stop!r}") from None
+                raise InputTypeError(f"generate: stop must be a token id or an iterable of token ids (integers, not "
+                                     f"bools), got {validate.shown(stop)}") from None
         if stream is not None and not callable(stream):
             raise InputTypeError(f"generate: stream must be callable (called with each token id), got "
                                  f"{type(stream).__name__}")
