@@ -106,6 +106,18 @@ def test_bind_rejects_non_callables():
         xe2rt.bind("gemv_fp16")
 
 
+def test_bind_refuses_work_it_cannot_replay(queue):
+    """A function of the user's that queued no xe2rt launch (dpnp work) would give a plan that replays nothing and
+    returns its bind-time result forever: refused. An xe2rt op with nothing to launch (empty arrays) still binds."""
+    x = dpnp.arange(4, dtype=np.float32, sycl_queue=queue)
+    with pytest.raises(xe2rt.InputError, match="'<lambda>' queued no xe2rt launch, so a plan of it would replay "
+                                               "nothing"):
+        xe2rt.bind(lambda a: a * 2, x)
+    empty = xe2rt.bind(xe2rt.silu_mul, dpnp.empty((0, 128), dtype=np.float16, sycl_queue=queue))
+    assert empty.launches == 0 and empty().shape == (0, 64)
+    assert xe2rt.Plan.__doc__ and "replayed" in xe2rt.Plan.__doc__
+
+
 # ---- warm-call replay (xe2rt.fastcall) ----
 
 def test_warm_calls_on_new_arrays_match_fresh_calls(queue, rng):

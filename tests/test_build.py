@@ -323,6 +323,9 @@ def test_bad_command_lines(tmp_path, cli, built):
     code, err = cli("k.cl", "-o", "notes", cwd=tmp_path)
     assert code == 2 and "is not an xe2rt build folder" in err
     assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
+    (tmp_path / "plain").write_text("a file")  # -o inside a file: one line before compiling (a traceback before)
+    code, err = cli("k.cl", "-o", "plain/out", cwd=tmp_path)
+    assert code == 2 and "-o plain/out: cannot be created or replaced" in err and len(err.strip().splitlines()) == 1
 
 
 def test_defines_become_constants(tmp_path, cli):

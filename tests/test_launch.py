@@ -70,3 +70,18 @@ def test_valid_launch_returns_event(queue, gemv_kernel):
     event = launch.launch(gemv_kernel, a, local, local, queue)
     event.wait()
     assert np.all(np.asarray(a[2].asnumpy()) == 64)
+
+
+def test_a_queue_per_task_does_not_grow_the_caches(queue, gemv_kernel):
+    """Launches on many short-lived queues (one per task) keep at most launch.MAX_QUEUES device-limit entries and
+    module.MAX_QUEUES_OK accepted queues (both grew by one per queue, keeping every queue alive), and stay right."""
+    import dpctl
+    from xe2rt import module
+    local, slm = cpu_geometry(queue)
+    for i in range(launch.MAX_QUEUES + 20):
+        q = dpctl.SyclQueue(queue.sycl_context, queue.sycl_device)
+        a = args(q, slm)
+        gemv_kernel(*a, global_size=local, local_size=local, queue=q).wait()
+        assert (a[2].asnumpy() == 64).all()
+    assert len(launch._device_limits) <= launch.MAX_QUEUES
+    assert len(gemv_kernel.module.queues_ok) <= module.MAX_QUEUES_OK

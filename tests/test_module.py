@@ -22,6 +22,7 @@ import pytest
 
 import xe2rt
 from xe2rt import _compile
+from xe2rt.errors import BuildError
 
 from conftest import to_device
 
@@ -523,6 +524,20 @@ def test_compile_error_names_file_and_line(tmp_path):
     with pytest.raises(xe2rt.CompileError, match=r"source\.cl:2:\d+: error: use of undeclared identifier"):
         _compile.build_folder(bad, tmp_path / "bad", targets=("cpu",))
     assert not (tmp_path / "bad").exists()  # nothing written
+
+
+def test_build_folder_refuses_a_folder_it_would_destroy(tmp_path):
+    """build_folder replaces its folder whole: a folder holding a user's files (no manifest.json) is refused before
+    anything is compiled, as `python -m xe2rt build -o` refuses it (it was deleted, files and all)."""
+    (tmp_path / "mine" / "data").mkdir(parents=True)
+    (tmp_path / "mine" / "thesis.tex").write_text("keep")
+    with pytest.raises(BuildError, match=r"outdir .*mine.*: exists and is not an xe2rt build folder"):
+        _compile.build_folder("__kernel void k(__global int* o) { o[0] = 1; }", tmp_path / "mine", targets=("cpu",))
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["data", "thesis.tex"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BuildError, match=r"cannot be created or replaced: .*file is not a writable folder"):
+        _compile.build_folder("__kernel void k(__global int* o) { o[0] = 1; }", tmp_path / "file" / "out",
+                              targets=("cpu",))
 
 
 FROM_SOURCE_PROBE = """

@@ -53,36 +53,33 @@ def build_folder(source: str, outdir, *, targets=config.TARGETS, options: tuple 
     """Compile OpenCL C `source` for every target with xe2rt.build into a build folder (manifest.json,
     <target>/<name>.spv, and the source as source.cl) that xe2rt.load reads. Writes nothing unless every target
     builds (a compile error is a CompileError with the compiler's source.cl:LINE:COL message); the folder is
-    replaced as a whole."""
+    replaced as a whole, so `outdir` must be new, empty or an earlier build folder (a BuildError otherwise, before
+    anything is compiled: the same rule as `python -m xe2rt build -o`)."""
     from .build import builder
     if not isinstance(source, str) or not source.strip():
         raise CompileError("source must be non-empty OpenCL C text")
+    shown = f"outdir {os.fspath(outdir)!r}"
     outdir = Path(os.fspath(outdir)).resolve()
     options = _absolute_includes(tuple(options))
     targets = tuple(targets)
     for target in targets:
         config.check_target_name(target, "targets")
-    outdir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
-    try:
-        with tempfile.TemporaryDirectory(prefix="xe2rt-src-") as work:
-            src = Path(work) / SOURCE_NAME
-            src.write_text(source)
-            try:
-                module = _module(src, name, targets, tuple(options))
-                manifest = builder.build([module], targets, staging, log=lambda *_: None)
-            except BuildError as exc:  # source.cl is the text passed here; its temporary folder is gone after this
-                raise CompileError(str(exc).replace(f" (in {work})", " (source.cl: the source text given)")) from None
+    builder.check_output_folder(outdir, shown)
+    with tempfile.TemporaryDirectory(prefix="xe2rt-src-") as work, \
+            tempfile.TemporaryDirectory(prefix="xe2rt-out-") as staged:
+        src = Path(work) / SOURCE_NAME
+        src.write_text(source)
+        staging = Path(staged)
+        try:
+            module = _module(src, name, targets, tuple(options))
+            manifest = builder.build([module], targets, staging, log=lambda *_: None)
+        except BuildError as exc:  # source.cl is the text passed here; its temporary folder is gone after this
+            raise CompileError(str(exc).replace(f" (in {work})", " (source.cl: the source text given)")) from None
         (staging / SOURCE_NAME).write_text(source)
         manifest["rebuild_command"] = ("Module.from_source(...) or xe2rt._compile.build_folder(...) "
                                        f"(options {list(options)}); the source is {SOURCE_NAME} in this folder")
         builder.write_json_atomic(staging / builder.MANIFEST, manifest)
-        os.chmod(staging, 0o755)
-        if outdir.exists():
-            shutil.rmtree(outdir)
-        os.replace(staging, outdir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        builder.replace_folder(staging, outdir, shown)
     return outdir
 
 
@@ -166,4 +163,9 @@ def cached_build(source: str, options: tuple, device, target: str) -> Path:
     folder = config.cache_dir() / cache_key(source, options, device, target, _headers(source, include_dirs))
     if (folder / "manifest.json").is_file():
         return folder
-    return build_folder(source, folder, targets=(target,), options=options, name=MODULE_NAME)
+    try:
+        return build_folder(source, folder, targets=(target,), options=options, name=MODULE_NAME)
+    except BuildError:
+        if (folder / "manifest.json").is_file():  # another process put the same build in place first
+            return folder
+        raise

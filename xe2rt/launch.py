@@ -347,6 +347,8 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
 # ---- geometry ----
 
 _device_limits: dict = {}
+MAX_QUEUES = 64  # queues remembered by _limits; past this (a queue per task) the table and the verdicts keyed by its
+                 # ids start over, so queues are not kept alive without bound
 
 
 def _limits(queue: dpctl.SyclQueue) -> tuple:
@@ -354,6 +356,9 @@ def _limits(queue: dpctl.SyclQueue) -> tuple:
     its queue, so the id cannot be reused while the entry exists (SyclQueue's own hash costs a C++ call)."""
     limits = _device_limits.get(id(queue))
     if limits is None or limits[5] is not queue:
+        if len(_device_limits) >= MAX_QUEUES:
+            _geometry_ok.clear()  # its keys hold ids of the queues about to be released
+            _device_limits.clear()
         device = queue.sycl_device
         limits = _device_limits[id(queue)] = (device, device.max_work_group_size, device.local_mem_size,
                                               tuple(device.sub_group_sizes), queue.is_in_order, queue)

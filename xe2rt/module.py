@@ -31,6 +31,7 @@ _create_from_spirv = getattr(dpctl.program, "create_kernel_bundle_from_spirv", N
 
 
 _DPNP_ARRAY = dpnp.ndarray
+MAX_QUEUES_OK = 64  # other queues a module remembers as on its device and context (then it starts over)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ class Kernel:
         module_queue = self.module.queue
         if queue is not module_queue and queue not in self.module.queues_ok:
             if queue.sycl_device == module_queue.sycl_device and queue.sycl_context == module_queue.sycl_context:
+                if len(self.module.queues_ok) >= MAX_QUEUES_OK:  # a queue per task: do not keep them all alive
+                    self.module.queues_ok.clear()
                 self.module.queues_ok.add(queue)
             else:
                 raise InputError(f"{self.describe()}: built for {module_queue.sycl_device.name!r}, not for the "

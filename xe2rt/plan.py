@@ -14,9 +14,15 @@ from typing import Callable
 import dpctl
 
 from . import launch
+from .errors import InputError
 
 
 class Plan:
+    """What `xe2rt.bind` returns: the op's checked, packed launches on the arrays it was bound to. `plan()` queues
+    them again and returns the op's outputs (the same arrays every call), `plan.launch()` returns the last event,
+    `plan.result` holds the outputs, `plan.launches` counts the kernel launches. Only xe2rt launches (and the host
+    steps xe2rt ops record) are replayed: dpnp or other device work inside the op is not."""
+
     def __init__(self, op: Callable, steps: list, result, args: tuple, kwargs: dict):
         self.op = op
         self.result = result
@@ -55,4 +61,10 @@ def bind(op: Callable, *args, **kwargs) -> Plan:
         raise TypeError(f"xe2rt.bind: op must be an xe2rt op (callable), got {type(op).__name__}")
     with launch.recording() as recorder:
         result = op(*args, **kwargs)
+    if not recorder.steps and not getattr(op, "__module__", "").startswith("xe2rt"):
+        # an xe2rt op may have nothing to launch (empty arrays); a function of the user's that queued no xe2rt
+        # launch did its work some other way (dpnp), which a plan would not repeat: its calls would return stale
+        # results
+        raise InputError(f"xe2rt.bind: {getattr(op, '__name__', op)!r} queued no xe2rt launch, so a plan of it "
+                         f"would replay nothing (bind replays xe2rt launches only, not dpnp work): call it directly")
     return Plan(op, recorder.steps, result, args, kwargs)

@@ -49,6 +49,48 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def check_output_folder(out: Path, shown: str) -> None:
+    """Before building: refuse an output folder that exists and is not a build folder (a build replaces its folder
+    whole, so a user's files there would be lost) or that cannot be created / replaced (its parent is not
+    writable). `shown` names it in the messages (the option or argument the user gave)."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).exists())):
+        raise BuildError(f"{shown}: exists and is not an xe2rt build folder (no {MANIFEST}); it would be replaced "
+                         f"whole, so give a new or empty folder")
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise BuildError(f"{shown}: cannot be created or replaced: {parent} is not a writable folder")
+
+
+def replace_folder(staged: Path, out: Path, shown: str) -> None:
+    """Put the finished build folder `staged` at `out`, replacing what is there: copied beside `out` first, so the
+    last step is one rename (a reader sees the old folder or the new one). An OS refusal is a BuildError naming
+    `shown`."""
+    out = Path(out)
+    final = out.parent / f".{out.name}.new-{os.getpid()}"
+    old = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(final, ignore_errors=True)
+        shutil.copytree(staged, final)
+        os.chmod(final, 0o777 & ~_umask())  # copytree copied the private mode of the temporary folder
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.rename(out, old)
+        os.rename(final, out)
+    except OSError as exc:
+        shutil.rmtree(final, ignore_errors=True)
+        if old is not None and not out.exists():
+            os.rename(old, out)  # put the previous build back
+            old = None
+        raise BuildError(f"{shown}: cannot write the build folder: {exc.strerror or exc}") from None
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def _umask() -> int:
     mask = os.umask(0o22)
     os.umask(mask)

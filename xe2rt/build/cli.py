@@ -6,10 +6,8 @@ leaves an earlier OUTDIR as it was.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shlex
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -164,26 +162,9 @@ def _add_aot(manifest: dict, out: Path, args, log) -> None:
                 log(f"  note: {problem}")
 
 
-def _move_into_place(staged: Path, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    final = out.parent / f".{out.name}.new-{os.getpid()}"  # beside OUTDIR, so the last step is one rename
-    shutil.rmtree(final, ignore_errors=True)
-    shutil.copytree(staged, final)
-    os.chmod(final, 0o777 & ~builder._umask())  # copytree copied the private mode of the temporary folder
-    old = None
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.rename(out, old)
-    os.rename(final, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def build_command(args, log=print) -> Path:
     out = Path(args.output).resolve()
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / builder.MANIFEST).exists())):
-        raise BuildError(f"-o {args.output}: exists and is not an xe2rt build folder (no {builder.MANIFEST}); "
-                         f"it would be replaced whole, so give a new or empty folder")
+    builder.check_output_folder(out, f"-o {args.output}")
     modules, targets = modules_from_args(args)
     with tempfile.TemporaryDirectory(prefix="xe2rt-out-") as tmp:
         staged = Path(tmp)
@@ -192,7 +173,7 @@ def build_command(args, log=print) -> Path:
             _add_aot(manifest, staged, args, log)
         manifest["rebuild_command"] = rebuild_command(args)
         builder.write_json_atomic(staged / builder.MANIFEST, manifest)
-        _move_into_place(staged, out)
+        builder.replace_folder(staged, out, f"-o {args.output}")
     log(f"wrote {out / builder.MANIFEST} ({len(manifest['artifacts'])} binaries)")
     return out
 
