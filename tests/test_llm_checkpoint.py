@@ -15,6 +15,7 @@ from safetensors.numpy import load_file, save_file
 from xe2rt.models import random as rnd
 from xe2rt.models.checkpoint import CheckpointError, UnsupportedModelError, read_config
 from xe2rt.models.llm_weights import load_weights
+from xe2rt.errors import InputError
 from xe2rt.quant import QuantizedW4
 from xe2rt.reference.llm import forward, rope_inv_freq
 
@@ -211,6 +212,60 @@ def test_gptq_act_order(tmp_path):
         z = nib(qz[g_idx[kk], nn // 8], nn % 8) + 1
         want = (nib(qw[kk // 8, nn], kk % 8) - z) * s[g_idx[kk], nn]
         assert w["layers"][0]["o"][nn, kk] == np.float16(want)
+
+
+def test_act_order_moe_experts_are_refused_with_usable_advice(tmp_path):
+    """MoE experts are always W4: act-order experts cannot load in any mode, and the message says so (it advised
+    weights='fp16', which fails the same way)."""
+    out = rnd.write("tiny-qwen3-moe", tmp_path, fmt="gptq", layers=2, group=32, sym=False)
+    st = out / "model.safetensors"
+    t = load_file(str(st))
+    prefix = "model.layers.1.mlp.experts.3.down_proj"
+    k = t[f"{prefix}.g_idx"].shape[0]
+    t[f"{prefix}.g_idx"] = (np.random.default_rng(1).permutation(k) // 32).astype(np.int32)
+    save_file(t, str(st))
+    for mode in ("auto", "fp16"):
+        with pytest.raises(UnsupportedModelError, match=r"experts\.3\.down_proj: GPTQ desc_act.*experts are always "
+                                                        r"held as W4.*use a desc_act=false checkpoint") as info:
+            load_weights(out, mode, progress=False)
+        assert "weights='fp16'" not in str(info.value)
+
+
+@pytest.mark.parametrize("fmt", ["gptq", "awq", "compressed-tensors"])
+def test_fp16_mode_rounds_float32_scales_once(tmp_path, fmt):
+    """weights='fp16' dequantizes with the scales as stored: float32 scales (llm-compressor run on a float32 model
+    writes them) are not rounded to float16 first, so each weight is (q - z) * s rounded once."""
+    out = rnd.write("tiny-llama", tmp_path, fmt=fmt, layers=1, group=64, sym=False)
+    st = out / "model.safetensors"
+    t = load_file(str(st))
+    prefix = "model.layers.0.self_attn.q_proj"
+    name = f"{prefix}.weight_scale" if fmt == "compressed-tensors" else f"{prefix}.scales"
+    rng = np.random.default_rng(3)
+    t[name] = (t[name].astype(np.float32) * (1 + rng.uniform(-4e-4, 4e-4, t[name].shape))).astype(np.float32)
+    save_file(t, str(st))
+    _, w = load_weights(out, "fp16", progress=False)
+    got = w["layers"][0]["qkv"][:256]
+    want = decode_reference(fmt, t, prefix, 256, 256)  # float64 from the stored float32 scales
+    np.testing.assert_array_equal(got, want.astype(np.float16))
+
+
+def test_group_size_is_checked_before_reading_and_follows_a_4bit_checkpoint(tmp_path):
+    """A hidden size 128 does not divide: weights='w4' with group_size 128 is refused before any tensor is read,
+    naming the tensor and the group sizes that fit; an AWQ g64 checkpoint of that shape loads with the default
+    arguments, its float lm_head quantized at the checkpoint's own group size (it failed at 128 after loading every
+    layer, naming neither)."""
+    cfg = dict(rnd.shipped_config("tiny-llama"), hidden_size=192, num_attention_heads=3, num_key_value_heads=1,
+               intermediate_size=320)
+    dense = rnd.write(cfg, tmp_path / "fp16", fmt="fp16", layers=1)
+    with pytest.raises(InputError, match=r"load: group_size 128 does not divide K = 192 of "
+                                         r"model\.layers\.0\.self_attn\.q_proj, which weights='w4' quantizes to W4 "
+                                         r"on load; group sizes that divide it: \[32, 64\]"):
+        load_weights(dense, "w4", 128, progress=False)
+    assert load_weights(dense, "w4", 64, progress=False)[1]["lm_head"].group_size == 64
+    awq = rnd.write(cfg, tmp_path / "awq", fmt="awq", layers=1, group=64)
+    _, w = load_weights(awq, progress=False)
+    head = w["lm_head"]
+    assert isinstance(head, QuantizedW4) and head.group_size == 64
 
 
 def test_tied_and_moe_layout(tmp_path):

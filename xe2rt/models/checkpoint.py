@@ -477,6 +477,15 @@ class Checkpoint:
                 del f32
                 yield r, half.reshape((n,) + t.shape[1:])
 
+    def f32(self, name: str, shape: tuple | None = None) -> np.ndarray:
+        """A small float tensor (scales) as float32, exactly as stored (float16 / bfloat16 / float32 widen without
+        rounding), for dequantizing with one rounding to float16 at the end."""
+        t = self.info(name, shape, ("F16", "BF16", "F32"))
+        a = self.raw(name, shape)
+        if t.dtype == "BF16":
+            return (a.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return np.asarray(a, dtype=np.float32)
+
     def fp16(self, name: str, shape: tuple | None = None) -> np.ndarray:
         """A float tensor as float16 numpy (bfloat16 / float32 converted; overflow raises naming the tensor)."""
         t = self.info(name, shape, ("F16", "BF16", "F32"))
@@ -545,11 +554,12 @@ def _gptq(ckpt: Checkpoint, prefix: str, n: int, k: int, q: QuantConfig, want_fl
             j = int(np.argmax(bad))
             raise CheckpointError(f"{owner}.g_idx[{j}] = {int(gi[j])} is outside the groups [0, {k // g})")
         if permuted and not want_float:
-            raise UnsupportedModelError(
-                f"{owner}: GPTQ desc_act (act-order) with a permuted g_idx cannot be held as W4 groups of consecutive"
-                f" k; load with weights='fp16' (dequantized exactly through g_idx) or use a desc_act=false checkpoint")
-        w = (codes.astype(np.float32) - zeros.T[:, gi]) * scales.astype(np.float32).T[:, gi]
-        return _to_fp16(owner, w)
+            advice = ("Qwen3-MoE experts are always held as W4 (xe2rt.moe_ffn_w4a16), so such experts cannot be "
+                      "loaded: use a desc_act=false checkpoint" if ".mlp.experts." in prefix else
+                      "load with weights='fp16' (dequantized exactly through g_idx) or use a desc_act=false checkpoint")
+            raise UnsupportedModelError(f"{owner}: GPTQ desc_act (act-order) with a permuted g_idx cannot be held as "
+                                        f"W4 groups of consecutive k; {advice}")
+        return _dequant_fp16(owner, codes, zeros.T, ckpt.f32(f"{prefix}.scales").T, gi)
     if g not in GROUP_SIZES:
         raise UnsupportedModelError(f"{owner}: group size {g} is not supported for W4; supported: {GROUP_SIZES} "
                                     f"(or weights='fp16')")
@@ -575,7 +585,11 @@ def _awq(ckpt: Checkpoint, prefix: str, n: int, k: int, q: QuantConfig, want_flo
         qw = from_awq(qweight, qzeros, scales)
     except InputError as exc:
         raise CheckpointError(f"{owner}: {exc}") from None
-    return _to_fp16(owner, qw.dequantize(np.float32)) if want_float else qw
+    if not want_float:
+        return qw
+    codes = np.empty((n, k), np.uint8)  # QuantizedW4's packing: k even in the low nibble
+    codes[:, 0::2], codes[:, 1::2] = qw.packed & 15, qw.packed >> 4
+    return _dequant_fp16(owner, codes, qw.zero_points(), ckpt.f32(f"{prefix}.scales").T, np.arange(k) // g)
 
 
 def _compressed(ckpt: Checkpoint, prefix: str, n: int, k: int, q: QuantConfig, want_float: bool):
@@ -604,18 +618,27 @@ def _compressed(ckpt: Checkpoint, prefix: str, n: int, k: int, q: QuantConfig, w
     if want_float or g not in GROUP_SIZES:
         if not want_float:
             raise UnsupportedModelError(f"{owner}: group size {g} is not supported for W4; supported: {GROUP_SIZES}")
-        z = np.repeat((zeros if zeros is not None else np.full((n, k // g), 8)).astype(np.float32), g, axis=1)
-        return _to_fp16(owner, (codes - z) * np.repeat(scales.astype(np.float32), g, axis=1))
+        z = zeros if zeros is not None else np.full((n, k // g), 8)
+        return _dequant_fp16(owner, codes, z, ckpt.f32(f"{prefix}.weight_scale"), np.arange(k) // g)
     packed_u8 = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
     if zeros is not None and (zeros == SYMMETRIC_ZERO).all():
         zeros = None
     return QuantizedW4(packed_u8, scales, None if zeros is None else zeros.astype(np.uint8), g)
 
 
-def _to_fp16(owner: str, w: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        out = w.astype(np.float16)
-    if np.isinf(out).any() and np.isfinite(w).all():
+def _dequant_fp16(owner: str, codes: np.ndarray, zeros: np.ndarray, scales: np.ndarray, group: np.ndarray):
+    """weights="fp16": (codes - zeros[:, group]) * scales[:, group] as float16, rounded once. codes [N, K] 4-bit
+    integers, zeros and scales [N, groups] (the scales as stored: float16, bfloat16 or float32), group [K] each k's
+    group. A 4-bit difference times a float32 scale is exact in float64, so the one rounding is float64 -> float16;
+    row blocks bound the temporaries. A value past float16's range is an error naming the tensor."""
+    n, k = codes.shape
+    out = np.empty((n, k), np.float16)
+    for r in range(0, n, 1024):
+        rows = slice(r, r + 1024)
+        w = (codes[rows].astype(np.float64) - zeros[rows][:, group]) * scales[rows].astype(np.float64)[:, group]
+        with np.errstate(over="ignore"):
+            out[rows] = w
+    if np.isinf(out).any():
         raise CheckpointError(f"{owner}: dequantized weights overflow float16")
     return out
 

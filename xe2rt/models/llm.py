@@ -73,7 +73,8 @@ def load(path, *, queue=None, weights: str = "auto", group_size: int = 128, max_
          progress: bool = True, exact: bool = False) -> "DecoderLM":
     """Load a Hugging Face decoder folder (see the module docstring). weights: "auto" keeps what the files hold
     (bfloat16 -> float16, 4-bit formats -> W4), "fp16" dequantizes, "w4" / "w8" quantize float weights on load
-    with `group_size` (4-bit checkpoints stay W4). max_tokens sizes the KV cache (prompt + generated tokens).
+    with `group_size` (4-bit checkpoints stay W4; with "auto" their float lm_head is quantized at their own group
+    size). max_tokens sizes the KV cache (prompt + generated tokens).
     exact=False lets the W4 layers use the integer-dot kernels where they run (CPU devices with AVX512-VNNI:
     activations rounded to 15-bit fixed point per 128 k, finer than llama.cpp's 8-bit; dequant / variant "auto" of
     gemv_w4a16 / gemm_w4a16); exact=True keeps them on the kernels exact in the activations."""

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 from ..errors import InputError
-from ..quant import QuantizedW4, QuantizedW8, SYMMETRIC_ZERO, quantize_w4, quantize_w8
+from ..quant import GROUP_SIZES, QuantizedW4, QuantizedW8, SYMMETRIC_ZERO, quantize_w4, quantize_w8
 from ..quant_experts import QuantizedW4Experts
 from .checkpoint import (Checkpoint, CheckpointError, ModelConfig, UnsupportedModelError, _ignored, load_linear,
                          quantized_kind)
@@ -78,6 +78,7 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
     from .checkpoint import read_config
     cfg = cfg or read_config(folder)
     ckpt = Checkpoint(folder)
+    group_size = load_group_size(cfg, weights, group_size)
     h, d, hq, hkv = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads
     bar = _progress(ckpt.nbytes, f"loading {folder}") if progress else None
     last = [0]
@@ -94,6 +95,7 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
 
     try:
         _check_names(ckpt, cfg)
+        _check_group_size(ckpt, cfg, weights, group_size)
         embed_kind = quantized_kind(ckpt, "model.embed_tokens")
         if embed_kind != "float":
             raise UnsupportedModelError(f"{folder}: model.embed_tokens is stored quantized; supported: float "
@@ -163,6 +165,37 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
         if bar is not None:
             bar.close()
     return cfg, out
+
+
+def load_group_size(cfg: ModelConfig, weights: str, group_size: int) -> int:
+    """The group size of W4 quantization on load: `group_size`, except that with weights="auto" a 4-bit checkpoint's
+    float lm_head (and float experts) are quantized at the checkpoint's own group size, like its other layers (a
+    g64 checkpoint whose hidden size 128 does not divide loads with the default arguments)."""
+    own = cfg.quant.group_size
+    return own if weights == "auto" and cfg.quant.method and own in GROUP_SIZES else group_size
+
+
+def _check_group_size(ckpt: Checkpoint, cfg: ModelConfig, weights: str, g: int) -> None:
+    """Before anything is read: every float linear that W4 quantization on load will group has a K that g divides
+    (quantize_w4 would refuse it only after the layers before it were loaded, without naming the tensor)."""
+    head = _head_mode(cfg, ckpt, weights) == "w4"
+    linears = []
+    if weights == "w4":
+        for i in range(cfg.layers):
+            p = f"model.layers.{i}"
+            names = [("self_attn.q_proj", cfg.hidden), ("self_attn.k_proj", cfg.hidden),
+                     ("self_attn.v_proj", cfg.hidden), ("self_attn.o_proj", cfg.heads * cfg.head_dim)]
+            if not cfg.is_moe_layer(i):  # experts: hidden and moe_intermediate_size are multiples of 128
+                names += [("mlp.gate_proj", cfg.hidden), ("mlp.up_proj", cfg.hidden),
+                          ("mlp.down_proj", cfg.intermediate)]
+            linears += [(f"{p}.{name}", k, quantized_kind(ckpt, f"{p}.{name}") == "float") for name, k in names]
+    linears.append(("lm_head", cfg.hidden, head and (cfg.tie_embeddings or quantized_kind(ckpt, "lm_head") == "float")))
+    for prefix, k, quantized_on_load in linears:
+        if quantized_on_load and k % g:
+            fits = [s for s in GROUP_SIZES if k % s == 0]
+            raise InputError(f"load: group_size {g} does not divide K = {k} of {prefix}, which weights={weights!r} "
+                             f"quantizes to W4 on load; group sizes that divide it: {fits or 'none'}"
+                             + ("" if fits else " (use weights='fp16' or 'w8')"))
 
 
 def _check_names(ckpt: Checkpoint, cfg: ModelConfig) -> None:
