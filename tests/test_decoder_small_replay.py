@@ -91,7 +91,7 @@ def test_scaling_dict_values_key_the_table(queue, rng):
             np.testing.assert_array_equal(g, w)
     assert op.scaling_key(dict(LLAMA3)) is op.scaling_key(LLAMA3)  # a dict's values normalized once
     assert op.scaling_key(dict(LLAMA3, factor=8)) == op.scaling_key(LLAMA3)  # 8 and 8.0: one table, one key
-    with pytest.raises(xe2rt.InputError, match=r"scaling\['factor'\] must be a finite number > 0, got True"):
+    with pytest.raises(xe2rt.InputError, match=r"scaling\['factor'\] must be a finite number > 0 .*, got True"):
         op.scaling_key(dict(LLAMA3, factor=True))
     a = fresh(host, queue, theta=500000.0, scaling=LLAMA3)
     b = fresh(host, queue, theta=500000.0, scaling=other)
