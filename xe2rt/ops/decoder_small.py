@@ -163,9 +163,9 @@ class Llama3Scaling:
             # the frequencies are computed in float32 (HF's formula): a field float32 rounds to 0 or inf (or a
             # subnormal, whose reciprocal overflows) would make them inf or NaN
             if number is None or not _F32_NORMAL[0] <= number <= _F32_NORMAL[1]:
-                raise InputError(f"rope_kv: scaling[{name!r}] must be a finite number > 0 within float32's normal range "
-                                 f"[{_F32_NORMAL[0]:.4g}, {_F32_NORMAL[1]:.4g}] (the frequencies are computed in "
-                                 f"float32), got {validate.shown(value)}")
+                raise InputError(f"rope_kv: scaling[{name!r}] must be a finite number > 0 within float32's normal "
+                                 f"range [{_F32_NORMAL[0]:.4g}, {_F32_NORMAL[1]:.4g}] (the frequencies are computed "
+                                 f"in float32), got {validate.shown(value)}")
             object.__setattr__(self, name, number)  # plain floats: 8 and 8.0 are one key
         if not np.float32(self.high_freq_factor) > np.float32(self.low_freq_factor):
             raise InputError(f"rope_kv: scaling needs high_freq_factor > low_freq_factor in float32 (their difference "
