@@ -125,6 +125,29 @@ def test_out_checks(queue, setup):
         xe2rt.moe_ffn_w4a16(x, experts, ids, w, out=dpnp.empty((T, H + 1), dtype=np.float16, sycl_queue=queue))
     with pytest.raises(xe2rt.InputError, match="out overlaps input x"):
         xe2rt.moe_ffn_w4a16(x, experts, ids, w, out=x)
+    # out over the experts' scales or zero points: refused (it ran and overwrote the weights' scales)
+    asym = xe2rt.quantize_w4_experts(experts.gate_up.dequantize(np.float16).reshape(E, 2 * I, H),
+                                     experts.down.dequantize(np.float16).reshape(E, H, I), symmetric=False)
+    for stack in ("gate_up", "down"):
+        for kind in ("scales", "zeros"):
+            name, part = f"experts.{stack}.{kind}", getattr(getattr(asym, stack), kind)
+            before = dpnp.asnumpy(part).copy()
+            over = part.reshape(-1).view(np.uint8)[:H * 2].view(np.float16).reshape(1, H)  # one token: fits in each
+            with pytest.raises(xe2rt.InputError, match=f"out overlaps input {name}"):
+                xe2rt.moe_ffn_w4a16(x[:1], asym, ids[:1], w[:1], out=over)
+            queue.wait()
+            assert np.array_equal(dpnp.asnumpy(part), before)
+
+
+def test_layer_checks_out_before_the_router_launches(queue, rng, setup, monkeypatch):
+    """moe_layer refuses an out over the experts before it queues the router GEMM (it checked out against x and
+    router_w only, and the rest inside moe_ffn_w4a16, after two launches)."""
+    experts, x, ids, w, out = setup
+    router = to_device((rng.standard_normal((E, H)) * 0.1).astype(np.float16), queue)
+    over = experts.gate_up.packed.reshape(-1)[:T * H * 2].view(np.float16)
+    monkeypatch.setattr(op.gemm_op, "run", lambda *a, **k: pytest.fail("the router GEMM was launched"))
+    with pytest.raises(xe2rt.InputError, match="moe_layer: out overlaps input experts.gate_up.packed"):
+        xe2rt.moe_layer(x, router, experts, K, out=over.reshape(T, H))
 
 
 def test_layer_bad_input(queue, rng, setup):

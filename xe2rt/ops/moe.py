@@ -85,6 +85,27 @@ def _check_experts(op: str, experts) -> None:
                          f"experts = experts.to_device(x.sycl_queue)")
 
 
+def _expert_parts(experts) -> dict:
+    """Every device array of the experts, by name: an `out` overlapping any of them would overwrite the weights."""
+    parts = {}
+    for stack in ("gate_up", "down"):
+        qw = getattr(experts, stack)
+        for name in ("packed", "scales", "zeros"):
+            if getattr(qw, name) is not None:
+                parts[f"experts.{stack}.{name}"] = getattr(qw, name)
+    return parts
+
+
+def _check_xe2_alignment(op: str, chosen: str, x, experts) -> None:
+    """Xe2 targets read the packed weights with sub-group block reads and x with dword loads."""
+    if is_xe2(chosen) and x.shape[0]:
+        for name, part, align in (("experts.gate_up.packed", experts.gate_up.packed, 16),
+                                  ("experts.down.packed", experts.down.packed, 16), ("x", x, 4)):
+            if validate._byte_range(part)[0] % align:
+                raise InputError(f"{op}: {name} must start {align}-byte aligned on Xe2 targets (sub-group block reads "
+                                 f"/ dword loads); it is a view with an odd offset: pass dpnp.copy({name})")
+
+
 def _check_routing(op: str, x, topk_ids, topk_weights, experts) -> int:
     """Shapes and dtypes of x [T, H], ids [T, k], weights [T, k] against the experts; returns k."""
     n_exp, hidden, _ = experts.shape
@@ -128,16 +149,11 @@ def run(x, experts, topk_ids, topk_weights, *, out=None, target: str | None = No
     if out is not None:
         validate.out_array(OP, out, shape=(t, hidden), dtype=np.float16, queue=queue,
                            inputs={"x": x, "topk_ids": topk_ids, "topk_weights": topk_weights,
-                                   "experts.gate_up.packed": gu.packed, "experts.down.packed": dn.packed})
+                                   **_expert_parts(experts)})
     # row indices (E * 2I, E * H) are 32-bit in the kernels; byte offsets are 64-bit
     validate.fits_int32(OP, E_x_2I=gu.shape[0], E_x_H=dn.shape[0])
     chosen = targets.resolve(queue.sycl_device, target)
-    if is_xe2(chosen):
-        for name, part, align in (("experts.gate_up.packed", gu.packed, 16), ("experts.down.packed", dn.packed, 16),
-                                  ("x", x, 4)):
-            if t and validate._byte_range(part)[0] % align:
-                raise InputError(f"{OP}: {name} must start {align}-byte aligned on Xe2 targets (sub-group block reads "
-                                 f"/ dword loads); it is a view with an odd offset: pass dpnp.copy({name})")
+    _check_xe2_alignment(OP, chosen, x, experts)
     program = program_for(queue, FAMILY, chosen)
     if check_ids and t:
         host_ids = launch.to_host(topk_ids)  # synchronizing, by request
@@ -224,9 +240,10 @@ def run_layer(x, router_w, experts, k, *, out=None, target: str | None = None):
     weights = dpnp.empty((t, k), dtype=np.float16, sycl_queue=queue)
     _check_routing(op, x, ids, weights, experts)
     program_for(queue, FAMILY, target)  # loads (or fails) before the first launch
-    if out is not None:
+    _check_xe2_alignment(op, targets.resolve(queue.sycl_device, target), x, experts)
+    if out is not None:  # moe_ffn_w4a16's own check of out comes after the router's launches: all of it here
         validate.out_array(op, out, shape=(t, hidden), dtype=np.float16, queue=queue,
-                           inputs={"x": x, "router_w": router_w})
+                           inputs={"x": x, "router_w": router_w, **_expert_parts(experts)})
     routing_program = program_for(queue, routing_op.FAMILY, target)
     routing_op._check_k(op, k, n_exp, routing_program.constants, routing_program.target)
     if t == 0:
