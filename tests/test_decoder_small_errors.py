@@ -108,7 +108,8 @@ def test_cache_overlaps_k(queue, rope):
     # inf or NaN (1e-50 gave NaN in q, k and the caches), and high - low divides
     *[(dict(scaling={"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                      "original_max_position_embeddings": 8192}), xe2rt.InputError,
-       rf"scaling\['factor'\] must be a finite number > 0 within float32's normal range .*got {re.escape(repr(factor))}")
+       rf"scaling\['factor'\] must be a finite number > 0 within float32's normal range "
+       rf".*got {re.escape(repr(factor))}")
       for factor in (1e-50, 1e-40, 1e39)],
     (dict(scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0 + 1e-9,
                    "original_max_position_embeddings": 8192}), xe2rt.InputError,
