@@ -100,6 +100,21 @@ def bad_shard(group):
     say(group, "no error raised")
 
 
+def bad_weight(group):
+    """The last rank's weight is no array at all (a USM block): its AttributeError must reach the agreement, not
+    leave the other ranks waiting in it."""
+    import dpctl.memory
+    w = make_weight(np.random.default_rng(7), "fp16", 8, 64)
+    if group.rank == group.size - 1:
+        w = dpctl.memory.MemoryUSMDevice(1024, queue=group.queue)
+    try:
+        MpiRowParallelLinear(group, w)
+    except RankError as exc:
+        say(group, f"raised RankError: {exc}")
+        sys.exit(3)
+    say(group, "no error raised")
+
+
 def crash(group):
     weights = mlp_weights(np.random.default_rng(7), "w4g128", HIDDEN, INTER)
     model = MpiMLP(group, *weights)
@@ -112,10 +127,21 @@ def crash(group):
 
 def main():
     mode = sys.argv[1]
+    if mode == "bad-device":  # the last rank's device filter matches nothing: every rank raises, none waits
+        from mpi4py import MPI
+        rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+        try:
+            RankGroup(device="no_such_device" if rank == size - 1 else None)
+        except RankError as exc:
+            print(f"[rank {rank}/{size}] raised RankError: {exc}", flush=True)
+            sys.exit(3)
+        print(f"[rank {rank}/{size}] no error raised", flush=True)
+        return
     group = RankGroup(device_pointers=True if mode == "check-pointers" else None)
     if group.rank == 0:
         say(group, f"transport: {group.transport}")
-    modes = {"check": check, "check-pointers": check, "bad-input": bad_input, "bad-shard": bad_shard, "crash": crash}
+    modes = {"check": check, "check-pointers": check, "bad-input": bad_input, "bad-shard": bad_shard, "crash": crash,
+             "bad-weight": bad_weight}
     modes[mode](group)
 
 

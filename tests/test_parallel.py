@@ -213,7 +213,35 @@ def test_bad_input_before_launch(groups, rng, monkeypatch):
         model.forward(dpnp.asarray(x, sycl_queue=qs[1]))
     with pytest.raises(InputTypeError, match="must be a dpnp array"):
         model.forward(x)
+    for timings in ([], "x"):  # it ran every shard, then failed writing the seconds
+        with pytest.raises(InputTypeError, match="timings must be a dict .* or None, got "):
+            model.forward(dpnp.asarray(x, sycl_queue=qs[0]), timings=timings)
     assert not launched
+
+
+def test_bad_arguments_are_xe2rt_errors(groups, rng):
+    """Inputs that raised Python's own errors (AttributeError, ZeroDivisionError, TypeError) or were read a
+    character at a time get xe2rt errors stating the rule and the value."""
+    import dpctl.memory
+    qs = groups[2]
+    block_of_memory = dpctl.memory.MemoryUSMDevice(1024, queue=qs[0])
+    for call in (lambda: sharding.split_row_parallel(block_of_memory, 2),
+                 lambda: parallel.ColumnParallelLinear(block_of_memory, qs)):
+        with pytest.raises(InputTypeError, match="a weight must be a float16 array .*got MemoryUSMDevice"):
+            call()
+    for kw, match in ((dict(devices=[]), r"devices must be a non-empty list of dpctl.SyclDevice, got \[\]"),
+                      (dict(devices="cpu"), "devices must be a non-empty list of dpctl.SyclDevice, got 'cpu'"),
+                      (dict(device=5), "device must be None, a filter string or a dpctl.SyclDevice, got int 5"),
+                      (dict(device=qs[0]), "device must be .*, got SyclQueue")):
+        with pytest.raises(InputTypeError, match=match):
+            parallel.local_queues(2, **kw)
+    gate, up, down = mlp_weights(rng, "fp16", 64, 128)
+    shards = block.split_mlp(gate, up, down, 2)
+    for bad, what in (([s[:2] for s in shards], "a list whose item 0 is a tuple of 2"), (iter(shards), "list_iterator"),
+                      (None, "NoneType")):
+        with pytest.raises(InputTypeError, match=f"shards must be a list of .gate_r, up_r, down_r., one per queue, "
+                                                 f"got {what}"):
+            parallel.ParallelMLP.from_shards(bad, qs)
 
 
 def test_bad_weights(groups, rng):

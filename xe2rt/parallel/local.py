@@ -57,9 +57,19 @@ def local_queues(count: int, device=None, *, devices=None, profiling: bool = Fal
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InputError(f"local_queues: count must be an integer >= 1, got {count!r}")
     if devices is None:
+        if device is not None and not isinstance(device, (str, dpctl.SyclDevice)):
+            raise InputTypeError(f"local_queues: device must be None, a filter string or a dpctl.SyclDevice, got "
+                                 f"{type(device).__name__} {device!r}")
         root = dpctl.SyclDevice(device) if isinstance(device, str) else (device or dpctl.select_default_device())
         devices = sub_devices(root, min(count, root.partition_max_sub_devices or 1))
-    devices = list(devices)
+    elif device is not None:
+        raise InputError("local_queues: give device or devices, not both")
+    else:
+        given = devices
+        devices = list(devices) if isinstance(devices, (list, tuple)) else None
+        if not devices or not all(isinstance(d, dpctl.SyclDevice) for d in devices):
+            raise InputTypeError(f"local_queues: devices must be a non-empty list of dpctl.SyclDevice, got "
+                                 f"{given!r}")
     used = [devices[i % len(devices)] for i in range(count)]
     distinct = list(dict.fromkeys(used))
     props = ["in_order", "enable_profiling"] if profiling else ["in_order"]
@@ -186,6 +196,16 @@ class ParallelMLP(_Group):
     def from_shards(cls, shards, queues):
         """From [(gate_r, up_r, down_r)] already split (one per queue); shards must agree in kind, shape and group."""
         queues = _check_queues("ParallelMLP.from_shards", queues)
+        given = shards
+        shards = list(shards) if isinstance(shards, (list, tuple)) else None
+        bad = None if shards is None else next(
+            (r for r, s in enumerate(shards) if not (isinstance(s, (list, tuple)) and len(s) == 3)), None)
+        if shards is None or bad is not None:
+            what = (f"{type(given).__name__}" if shards is None else
+                    f"a list whose item {bad} is a {type(shards[bad]).__name__}"
+                    + (f" of {len(shards[bad])}" if isinstance(shards[bad], (list, tuple)) else ""))
+            raise InputTypeError(f"ParallelMLP.from_shards: shards must be a list of (gate_r, up_r, down_r), one per "
+                                 f"queue, got {what}")
         if len(shards) != len(queues):
             raise InputError(f"ParallelMLP.from_shards: {len(shards)} shards for {len(queues)} queues; one each")
         first = [sharding.describe(w) for w in shards[0]]
@@ -206,6 +226,7 @@ class ParallelMLP(_Group):
         """y [H] (float16, on the root queue). With `timings` (a dict), waits once all partials are queued and
         records 'shards' (seconds until every partial is done) and 'reduce' (the reduction after that)."""
         block.check_x("ParallelMLP", x, self.hidden, self.root)
+        block.check_timings("ParallelMLP", timings)
         start = time.perf_counter()
         xs = [move(x, b.queue) for b in self.blocks]  # every copy before any launch: moves wait on their source queue
         partials = [b.partial(xr) for b, xr in zip(self.blocks, xs)]

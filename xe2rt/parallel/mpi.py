@@ -102,9 +102,14 @@ class RankGroup:
         node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
         node.Free()
-        self.device = rank_device(self.local_rank, self.local_size, device)
         props = ["in_order", "enable_profiling"] if profiling else ["in_order"]
-        self.queue = dpctl.SyclQueue(self.device, property=props)
+        error = None
+        try:  # a rank whose device filter fails must not leave the others waiting in a later collective
+            self.device = rank_device(self.local_rank, self.local_size, device)
+            self.queue = dpctl.SyclQueue(self.device, property=props)
+        except Exception as exc:
+            error = exc
+        self.agree(error, "RankGroup")
         aware = gpu_awareness(MPI)
         level_zero_gpu = self.device.is_gpu and self.device.backend == dpctl.backend_type.level_zero
         says_yes = aware["MPIX_Query_ze_support"] == 1 or "level_zero" in (aware["mpi_memory_alloc_kinds"] or "")
@@ -181,11 +186,12 @@ def _agree_on_shard(group: RankGroup, what: str, parts: tuple, error) -> None:
 
 
 class _RankBlock:
-    def _check_x(self, x, k: int, what: str) -> None:
+    def _check_x(self, x, k: int, what: str, timings=None) -> None:
         error = None
         try:
             block.check_x(what, x, k, self.group.queue)
-        except Xe2rtError as exc:
+            block.check_timings(what, timings)
+        except Exception as exc:  # any failure: the other ranks must hear of it, or they wait forever
             error = exc
         self.group.agree(error, what)
 
@@ -200,7 +206,7 @@ class MpiRowParallelLinear(_RankBlock):
         try:
             self.n, self.k = sharding.shape(weight)
             shard = sharding.split_row_parallel(weight, group.size)[group.rank]
-        except Xe2rtError as exc:
+        except Exception as exc:  # any failure: the other ranks must hear of it, or they wait forever
             error = exc
         _agree_on_shard(group, "MpiRowParallelLinear", (shard,) if shard is not None else (), error)
         self.weight = sharding.place(shard, group.queue)
@@ -221,7 +227,7 @@ class MpiColumnParallelLinear(_RankBlock):
         try:
             self.n, self.k = sharding.shape(weight)
             shard = sharding.split_column_parallel(weight, group.size)[group.rank]
-        except Xe2rtError as exc:
+        except Exception as exc:  # any failure: the other ranks must hear of it, or they wait forever
             error = exc
         _agree_on_shard(group, "MpiColumnParallelLinear", (shard,) if shard is not None else (), error)
         self.weight = sharding.place(shard, group.queue)
@@ -240,7 +246,7 @@ class MpiMLP(_RankBlock):
         error, parts = None, ()
         try:
             parts = block.split_mlp(gate, up, down, group.size)[group.rank]
-        except Xe2rtError as exc:
+        except Exception as exc:  # any failure: the other ranks must hear of it, or they wait forever
             error = exc
         self._finish(parts, error)
 
@@ -252,7 +258,7 @@ class MpiMLP(_RankBlock):
         error = None
         try:
             block.check_mlp("MpiMLP.from_shard", gate, up, down)
-        except Xe2rtError as exc:
+        except Exception as exc:  # any failure: the other ranks must hear of it, or they wait forever
             error = exc
         self._finish((gate, up, down), error)
         return self
@@ -267,7 +273,7 @@ class MpiMLP(_RankBlock):
         (this rank's partial, waited for) and 'reduce' (the allreduce, staging included)."""
         import time
         begin = time.perf_counter()
-        self._check_x(x, self.hidden, "MpiMLP")
+        self._check_x(x, self.hidden, "MpiMLP", timings)
         start = time.perf_counter()
         partial = self.shard.partial(x)
         if timings is not None:

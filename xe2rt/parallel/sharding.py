@@ -30,7 +30,7 @@ def kind(w) -> str:
         return "w4"
     if isinstance(w, QuantizedW8):
         return "w8"
-    if isinstance(w, np.ndarray) or hasattr(w, "sycl_queue"):
+    if isinstance(w, np.ndarray) or all(hasattr(w, a) for a in ("sycl_queue", "dtype", "ndim", "shape")):
         if np.dtype(w.dtype) != np.float16:
             raise InputTypeError(f"xe2rt.parallel: a plain weight must be float16 [N, K], got {np.dtype(w.dtype)}")
         if w.ndim != 2:
