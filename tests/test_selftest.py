@@ -69,6 +69,38 @@ def test_corrupted_binary_fails_and_names_the_case(tmp_path, queue, monkeypatch)
     assert all("does not match its manifest" in r["detail"] for r in records)
 
 
+def test_nothing_checked_is_not_a_pass(tmp_path):
+    """Families with no check for the target (llm is cpu-only) ran nothing and said PASS: now a FAIL naming why."""
+    out = tmp_path / "r.json"
+    proc = run_cli("--quick", "--no-bench", "--families", "llm", "--json", str(out), env={"XE2RT_TARGET": "bmg"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "no check of the families ['llm'] applies to target bmg" in proc.stdout and "result: FAIL" in proc.stdout
+    assert json.loads(out.read_text())["passed"] is False
+
+
+def test_report_hashes_the_binaries_as_they_are(tmp_path, monkeypatch):
+    """The report's sha256 are those of the files present (it copied the manifest's), and the folder is named; a
+    damaged binary a bench family loads makes the run a FAIL with its report (it exited 2 with no report)."""
+    kernels = tmp_path / "kernels"
+    src = Path(artifacts.__file__).parent / "kernels"
+    import shutil
+    shutil.copytree(src, kernels)
+    data = bytearray((kernels / "cpu" / "gemv_w4a16.spv").read_bytes())
+    data[100] ^= 0xFF
+    (kernels / "cpu" / "gemv_w4a16.spv").write_bytes(bytes(data))
+    monkeypatch.setenv("XE2RT_KERNEL_DIR", str(kernels))
+    hashes = selftest.binary_hashes()
+    import hashlib
+    assert hashes["cpu/gemv_w4a16.spv"] == hashlib.sha256(bytes(data)).hexdigest()
+    out = tmp_path / "r.json"
+    proc = run_cli("--quick", "--families", "gemv_w4a16", "--json", str(out), env={"XE2RT_KERNEL_DIR": str(kernels)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["kernel_dir"] == str(kernels) and not report["passed"]
+    assert any(c["family"] == "bench" and "does not match its manifest" in c["detail"]
+               for c in report["devices"][0]["checks"])
+
+
 # The no-difference half runs in tests/test_block2d.py and test_gemm_fp16_ult.py (the same comparisons, every target).
 SUBSET = ("read 16b 1r16x1c", "read 16b 8r16x2c", "read transform 16b 16r16x1c", "dpas A/B/C layouts and numerics")
 

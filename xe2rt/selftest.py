@@ -129,6 +129,14 @@ def has_native_builtins(device, target: str) -> tuple[bool, str]:
         return False, f"target {target}: not an Xe2 device"
     if device.device_type != dpctl.device_type.gpu:
         return False, "not a GPU (the Xe2 binaries run here through the software built-ins, checked above)"
+    from . import targets
+    from .errors import TargetError
+    try:  # the device's own chip, not a target forced with XE2RT_TARGET: only Xe2 chips have 2D block IO and DPAS
+        detected = targets.detect(device)
+    except TargetError as exc:
+        return False, f"target {target} is forced, but the device is not an Xe2 chip ({exc})"
+    if detected.target not in ("bmg", "lnl"):
+        return False, f"target {target} is forced, but the device is detected as {detected.target}"
     return True, ""
 
 
@@ -179,8 +187,16 @@ def run_bench(device_filter: str, quick: bool) -> tuple[list[dict], dict]:
 
 
 def binary_hashes() -> dict:
-    from . import artifacts
-    return {k: v["sha256"] for k, v in sorted(artifacts.manifest().get("artifacts", {}).items())}
+    """The sha256 of every binary the manifest lists, computed from the file as it is (the kernels the checks ran),
+    "missing" for an absent one; the manifest's value is what artifacts.load compares it with."""
+    import hashlib
+    from . import artifacts, config
+    folder = config.kernel_dir()
+    out = {}
+    for key in sorted(artifacts.manifest().get("artifacts", {})):
+        path = folder / key
+        out[key] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    return out
 
 
 def device_record(device, target: str) -> dict:
@@ -242,7 +258,7 @@ def run(args) -> int:
 def _run(args) -> int:
     import dpctl
     from . import checks as C
-    from . import targets
+    from . import config, targets
     from .errors import Xe2rtError
     families = C.families()
     if args.families:
@@ -255,7 +271,7 @@ def _run(args) -> int:
     started = time.time()
     report = {"versions": _versions(), "host": platform.node(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "quick": bool(args.quick), "xe2rt_target_env": os.environ.get("XE2RT_TARGET"),
-              "binaries": binary_hashes(), "devices": []}
+              "kernel_dir": str(config.kernel_dir()), "binaries": binary_hashes(), "devices": []}
     for device in devices:
         try:
             target = targets.resolve(device)
@@ -266,9 +282,20 @@ def _run(args) -> int:
         checks = run_checks(queue, target, families, args.quick, native_ok)
         native = {"skipped": None if native_ok else why, "records": run_native(queue, target) if native_ok else []}
         entry = {"device": device_record(device, target), "checks": checks, "native_builtins": native}
+        if not checks:  # nothing proven on this device is not a pass
+            checks = [{"family": ", ".join(families), "case": "(none)", "target": target, "seconds": 0.0,
+                       "error": None, "bound": None, "metric": None, "bound_rule": None, "passed": False,
+                       "detail": f"no check of the families {families} applies to target {target}"}]
         if not args.no_bench:
             filter_string = device.filter_string
-            entry["bench"], entry["bench_context"] = run_bench(filter_string, args.quick)
+            try:
+                entry["bench"], entry["bench_context"] = run_bench(filter_string, args.quick)
+            except Exception as exc:  # a kernel that cannot load for the bench is a failure, in the report
+                entry["bench"], entry["bench_context"] = [], {"error": f"{type(exc).__name__}: {exc}"}
+                checks.append({"family": "bench", "case": "(run)", "target": target, "seconds": 0.0, "error": None,
+                               "bound": None, "metric": None, "bound_rule": None, "passed": False,
+                               "detail": f"the bench could not run: {type(exc).__name__}: {exc}"})
+        entry["checks"] = checks
         report["devices"].append(entry)
     report["seconds"] = round(time.time() - started, 1)
     report["passed"] = all(c["passed"] for d in report["devices"] for c in d["checks"]) and \
