@@ -60,3 +60,15 @@ def test_bench_decode_layers_variable(monkeypatch):
         monkeypatch.setenv("XE2RT_BENCH_DECODE_LAYERS", bad)
         with pytest.raises(ConfigError, match=f"XE2RT_BENCH_DECODE_LAYERS={bad!r} must be a positive integer"):
             config.bench_decode_layers(4)
+
+
+@pytest.mark.parametrize("args", [["bench", "--families", "gemv_fp61"], ["bench", "--iters", "ten"],
+                                  ["info", "--bogus"], ["generate"]])
+def test_bad_command_line_is_one_line(args, capsys):
+    """argparse's own errors are one line and status 2 like every other mistake (its usage block listed the 14
+    bench families three times)."""
+    from xe2rt.__main__ import main
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and len(err.strip().splitlines()) == 1 and "error: " in err, err

@@ -31,8 +31,16 @@ def user_errors() -> tuple[type[BaseException], ...]:
             dpctl.SyclQueueCreationError)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a bad command line reported in one line (its usage block named every family three times)."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message} (--help shows the options)", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m xe2rt")
+    parser = _Parser(prog="python -m xe2rt")
     debug = dict(action="store_true", help="show the traceback of an error instead of one line")
     parser.add_argument("--debug", **debug)
     sub = parser.add_subparsers(dest="command", required=True)

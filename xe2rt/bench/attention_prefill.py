@@ -51,8 +51,8 @@ def cases(ctx: BenchContext) -> list[Result]:
             v = dpnp.asarray(rng.standard_normal((t, hkv, d)).astype(np.float16), sycl_queue=ctx.queue)
             out = dpnp.empty((t, hq, d), dtype=np.float16, sycl_queue=ctx.queue)
             scale = d ** -0.5
-            saved, run_peak = ctx.iters, ctx.fma_gflops
-            peak_before = ctx.measure_fma_peak()
+            saved = ctx.iters
+            peak_before = ctx.measure_fma_peak(record=False)
             ctx.iters = min(saved, LONG_ITERS) if t > 512 else saved
             try:
                 # The alternative first, so both figures share the machine's state as closely as one run allows.
@@ -74,8 +74,7 @@ def cases(ctx: BenchContext) -> list[Result]:
                 ctx.iters = saved
             # The peak bracketing this row (the higher of before and after): on a shared machine the multiply-add
             # rate drifts as much as the read bandwidth does.
-            peak = max(peak_before, ctx.measure_fma_peak())
-            ctx.fma_gflops = run_peak
+            peak = max(peak_before, ctx.measure_fma_peak(record=False))
             flops = attention_flops(t, hq, d)
             pct = 100 * flops / seconds / (peak * 1e9)
             results.append(Result("prefill_attention", f"{name} Hq{hq} Hkv{hkv} D{d} T{t} causal", ctx.target,

@@ -65,6 +65,11 @@ def _debian_archive_url() -> str:
 
 
 def _fetch_into(root: Path) -> None:
+    missing = [tool for tool in ("apt-get", "dpkg") if shutil.which(tool) is None]
+    if missing:  # subprocess would say only "No such file or directory: 'apt-get'"
+        raise BuildError(f"no Xe2-capable ocloc on PATH or in {root}, and it cannot be fetched here: fetching takes "
+                         f"Debian's apt-get and dpkg ({', '.join(missing)} not found); install Intel's ocloc (package "
+                         f"intel-ocloc, with bmg support) on PATH")
     work = Path(tempfile.mkdtemp(prefix="xe2rt-ocloc-"))
     src_list = work / "sid.list"
     src_list.write_text(f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {_debian_archive_url()} sid main\n")
