@@ -72,3 +72,19 @@ def test_bad_command_line_is_one_line(args, capsys):
         main(args)
     err = capsys.readouterr().err
     assert info.value.code == 2 and len(err.strip().splitlines()) == 1 and "error: " in err, err
+
+
+def test_row_peak_brackets_keep_the_runs_fma_peak():
+    """time_rounds measures fma_peak around each window for the row's roofline; the run's figure (the JSON's
+    fma_gflops, the roof compute-bound rows are quoted against) stays the one measured at the start."""
+    import dpnp
+    import numpy as np
+    from xe2rt.bench.harness import BenchContext
+    from xe2rt.ops import gemv_fp16
+    ctx = BenchContext(device="opencl:cpu", quick=True)
+    start = ctx.measure_fma_peak(2000)
+    assert ctx.fma_gflops == start > 0
+    x = dpnp.ones(64, dtype=np.float16, sycl_queue=ctx.queue)
+    w = dpnp.ones((64, 64), dtype=np.float16, sycl_queue=ctx.queue)
+    (seconds, _, _, roof), = ctx.time_rounds([lambda i: gemv_fp16.run(x, w)[1]], [w.nbytes], rounds=1, flops=[8192])
+    assert seconds > 0 and roof and ctx.fma_gflops == start
