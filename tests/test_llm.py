@@ -29,6 +29,18 @@ def test_llm_against_float64_forward(check, queue):
     assert result.passed, result.describe()
 
 
+@pytest.mark.parametrize("check", llm_checks.checks(quick=True), ids=str)
+def test_llm_through_the_xe2_code_path(check, queue, monkeypatch):
+    """XE2RT_TARGET=bmg on the CPU device: the whole model through the Xe2-shaped kernels (GEMVs, norms, rope,
+    attention, MoE), with software DPAS and 2D block reads for the prompt's GEMMs and attention, as on a Battlemage
+    card; the same float64 checks. (The prompt path refused a forced Xe2 target on this device before.)"""
+    monkeypatch.setenv("XE2RT_TARGET", "bmg")
+    result = check.run(queue, "bmg")
+    assert result.passed, result.describe()
+    model = next(iter(llm_checks._models.values()))
+    assert model._dpas == "xe2emu"
+
+
 @pytest.fixture(scope="module")
 def model(queue, tmp_path_factory):
     folder = rnd.write("tiny-qwen3", tmp_path_factory.mktemp("m"), fmt="fp16", seed=2)

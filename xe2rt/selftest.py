@@ -129,14 +129,10 @@ def has_native_builtins(device, target: str) -> tuple[bool, str]:
         return False, f"target {target}: not an Xe2 device"
     if device.device_type != dpctl.device_type.gpu:
         return False, "not a GPU (the Xe2 binaries run here through the software built-ins, checked above)"
-    from . import targets
-    from .errors import TargetError
-    try:  # the device's own chip, not a target forced with XE2RT_TARGET: only Xe2 chips have 2D block IO and DPAS
-        detected = targets.detect(device)
-    except TargetError as exc:
-        return False, f"target {target} is forced, but the device is not an Xe2 chip ({exc})"
-    if detected.target not in ("bmg", "lnl"):
-        return False, f"target {target} is forced, but the device is detected as {detected.target}"
+    from .ops.common import native_xe2
+    if not native_xe2(device):  # the device's own chip, not a target forced with XE2RT_TARGET
+        return False, (f"target {target} is forced, but {device.name!r} is not detected as an Xe2 chip (no 2D block "
+                       f"IO / DPAS built-ins)")
     return True, ""
 
 

@@ -48,13 +48,20 @@ def _folder(config: str, opts: tuple) -> Path:
 _models: dict = {}
 
 
-def _model(queue, config, opts, load_opts):
-    """One loaded model per case and queue, shared by its prompt and decode checks (the last case's only)."""
+def _model(queue, config, opts, load_opts, target=None):
+    """One loaded model per case and queue, shared by its prompt and decode checks (the last case's only). The model
+    runs on the target its device resolves to (XE2RT_TARGET included): bmg / lnl on an Xe2 GPU natively, and on
+    another device with software DPAS (the whole Xe2 code path, as `XE2RT_TARGET=bmg` runs it on the CPU device)."""
+    from .. import targets
     from ..models import llm
-    key = (queue, config, tuple(sorted(opts.items())), tuple(sorted(load_opts.items())))
+    if target is not None and targets.resolve(queue.sycl_device) != target:
+        raise RuntimeError(f"the llm checks run the model on the target its device resolves to "
+                           f"({targets.resolve(queue.sycl_device)}), not {target}: set XE2RT_TARGET={target}")
+    key = (queue, targets.resolve(queue.sycl_device), config, tuple(sorted(opts.items())),
+           tuple(sorted(load_opts.items())))
     if key not in _models:
         _models.clear()
-        _models[key] = llm.load(_folder(config, key[2]), queue=queue, max_tokens=64, progress=False, **load_opts)
+        _models[key] = llm.load(_folder(config, key[3]), queue=queue, max_tokens=64, progress=False, **load_opts)
     return _models[key]
 
 
@@ -68,9 +75,9 @@ def _prompt(vocab: int) -> np.ndarray:
     return np.random.default_rng(7).integers(0, vocab, PROMPT).astype(np.int32)
 
 
-def run_prompt(queue, config, opts, load_opts) -> Result:
+def run_prompt(queue, config, opts, load_opts, target=None) -> Result:
     from ..reference.llm import forward
-    model = _model(queue, config, opts, load_opts)
+    model = _model(queue, config, opts, load_opts, target)
     ids = _prompt(model.cfg.vocab)
     got = model.logits(ids)
     want = forward(model.cfg, model.reference_weights(), ids)
@@ -78,9 +85,9 @@ def run_prompt(queue, config, opts, load_opts) -> Result:
     return Result(err, BOUND, "1 - cos (worst row)", RULE, f"row {row} of {len(ids)}")
 
 
-def run_decode(queue, config, opts, load_opts) -> Result:
+def run_decode(queue, config, opts, load_opts, target=None) -> Result:
     from ..reference.llm import forward
-    model = _model(queue, config, opts, load_opts)
+    model = _model(queue, config, opts, load_opts, target)
     ids = _prompt(model.cfg.vocab)
     tokens, logits = model.generate(ids, NEW, return_logits=True)
     if len(tokens) != NEW or not np.array_equal(tokens, logits.argmax(axis=1)):
@@ -98,6 +105,7 @@ def checks(quick: bool = False) -> list[Check]:
             continue
         for kind, fn in (("prompt", run_prompt), ("decode", run_decode)):
             out.append(Check("llm", f"{name} {kind}",
-                             lambda queue, target=None, fn=fn, c=config, o=opts, lo=load_opts: fn(queue, c, o, lo),
-                             targets=("cpu",)))
+                             lambda queue, target=None, fn=fn, c=config, o=opts, lo=load_opts: fn(queue, c, o, lo,
+                                                                                                   target),
+                             targets=("cpu", "bmg", "lnl")))
     return out

@@ -111,6 +111,11 @@ class DecoderLM:
         self.tokenizer, self.weights, self.load_seconds = tokenizer, weights, load_seconds
         self.weight_bytes = weight_bytes(w)
         self.exact = exact  # load(exact=...): W4 layers on the kernels exact in the activations
+        from .. import targets
+        from ..ops.common import dpas_variant
+        # the prompt's GEMMs and attention: software DPAS when an Xe2 target is forced on another device
+        # (XE2RT_TARGET=bmg on the CPU device runs the whole model through the Xe2 code path)
+        self._dpas = dpas_variant(targets.resolve(queue.sycl_device), queue)
         shape = (cfg.kv_heads, max_tokens, cfg.head_dim)
         self.k_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
         self.v_cache = [dpnp.zeros(shape, dtype=np.float16, sycl_queue=queue) for _ in range(cfg.layers)]
@@ -168,7 +173,8 @@ class DecoderLM:
             from ..ops import gemm_w4a16
             fast = not self.exact  # the integer-dot kernels where they run ("auto")
             y = xe2rt.gemv_w4a16(x, w, out=out, dequant="auto" if fast else None) if m <= MAX_M else \
-                gemm_w4a16.run(x, w, out=out, variant="auto" if fast else "native")[0]
+                gemm_w4a16.run(x, w, out=out, variant=self._dpas if self._dpas != "native" else
+                               "auto" if fast else "native")[0]
             self._t("w4 gemv" if m <= MAX_M else "w4 gemm")
             return y
         if isinstance(w, QuantizedW8):
@@ -180,7 +186,13 @@ class DecoderLM:
                     xe2rt.gemv_w8a16(x[r:r + MAX_M], w, out=y[r:r + MAX_M])
             self._t("w8 gemv")
             return y
-        y = xe2rt.gemv_fp16(x, w, out=out) if m <= MAX_M else xe2rt.gemm_fp16(x, w, b_layout="nk", out=out)
+        if m <= MAX_M:
+            y = xe2rt.gemv_fp16(x, w, out=out)
+        elif self._dpas == "native":
+            y = xe2rt.gemm_fp16(x, w, b_layout="nk", out=out)
+        else:
+            from ..ops import gemm_fp16
+            y = gemm_fp16.run(x, w, b_layout="nk", out=out, variant=self._dpas)[0]
         self._t("fp16 gemv" if m <= MAX_M else "fp16 gemm")
         return y
 
@@ -224,7 +236,11 @@ class DecoderLM:
             else:
                 if start:
                     raise InputError("a prompt continues only from an empty cache")
-                a = _op("prefill_attention")(q, k, v, causal=True)
+                if self._dpas == "native":
+                    a = _op("prefill_attention")(q, k, v, causal=True)
+                else:
+                    from ..ops import prefill_attention
+                    a = prefill_attention.run(q, k, v, causal=True, variant=self._dpas)[0]
                 self._t("prefill_attention")
             delta = self._linear(a.reshape(t, hq * d), layer["o"])
             y, x = rms_norm(delta, layer["ln2"], eps=cfg.eps, residual=x)

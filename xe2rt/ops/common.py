@@ -72,6 +72,22 @@ def xe2_tile_grid(constants: dict, hw_threads: int, tiles_m: int, tiles_n: int, 
     return {"slices": slices, "local": local, "global": global_, "slm_floats": slm_floats()}
 
 
+def native_xe2(device) -> bool:
+    """Whether the device itself is an Xe2 GPU (detected, not a target forced with XE2RT_TARGET): only there do the
+    DPAS and 2D block built-ins exist."""
+    try:
+        return targets.detect(device).target in ("bmg", "lnl")
+    except TargetError:
+        return False
+
+
+def dpas_variant(target: str, queue: dpctl.SyclQueue) -> str:
+    """The variant of the DPAS families (gemm_fp16, gemm_w4a16, prefill_attention) that runs on this queue for
+    `target`: "native", or "xe2emu" (software DPAS and 2D block reads) when an Xe2 target is forced on a device that
+    is not an Xe2 GPU, as the tests and the selftest run the Xe2 code path on the CPU device."""
+    return "xe2emu" if is_xe2(target) and not native_xe2(queue.sycl_device) else "native"
+
+
 def check_native_xe2(op: str, native: bool, target: str, queue: dpctl.SyclQueue) -> None:
     """The native bmg/lnl kernels (gemm_fp16, gemm_w4a16, prefill_attention) call the DPAS and 2D block built-ins
     (cl_intel_subgroup_matrix_multiply_accumulate, cl_intel_subgroup_2d_block_io), which only an Xe2 GPU driver
@@ -80,11 +96,7 @@ def check_native_xe2(op: str, native: bool, target: str, queue: dpctl.SyclQueue)
     if not native or not is_xe2(target):
         return
     device = queue.sycl_device
-    try:
-        detected = targets.detect(device).target
-    except TargetError:
-        detected = None
-    if detected not in ("bmg", "lnl"):
+    if not native_xe2(device):
         raise TargetError(
             f"{op}: target {target!r} needs an Intel Xe2 GPU: its kernels call "
             f"intel_sub_group_f16_f16_matrix_mad_k16 (cl_intel_subgroup_matrix_multiply_accumulate) and "
