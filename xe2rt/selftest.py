@@ -109,17 +109,23 @@ def run_checks(queue, target: str, families: list[str], quick: bool, native: boo
         start = time.perf_counter()
         try:
             r = check.run(queue, target)
-            rec = {"error": r.error, "bound": r.bound, "metric": r.metric, "bound_rule": r.bound_rule,
-                   "detail": r.detail, "passed": bool(r.passed)}
+            record = {"family": check.family, "case": check.name, "target": target, "seconds": 0.0,
+                      "error": r.error, "bound": r.bound, "metric": r.metric, "bound_rule": r.bound_rule,
+                      "detail": r.detail, "passed": bool(r.passed)}
         except Exception as exc:  # a kernel that cannot load or run is a failed check, named
-            rec = {"error": None, "bound": None, "metric": None, "bound_rule": None,
-                   "detail": f"{type(exc).__name__}: {exc}", "passed": False}
-        records.append({"family": check.family, "case": check.name, "target": target,
-                        "seconds": round(time.perf_counter() - start, 3), **rec})
+            record = _failed(check.family, check.name, target, f"{type(exc).__name__}: {exc}")
+        record["seconds"] = round(time.perf_counter() - start, 3)
+        records.append(record)
         bar.set_postfix_str(check.family)
         bar.update(1)
     bar.close()
     return records
+
+
+def _failed(family: str, case: str, target: str, detail: str) -> dict:
+    """A check record that failed without a measured error (a kernel that could not load or run, nothing to check)."""
+    return {"family": family, "case": case, "target": target, "seconds": 0.0, "error": None, "bound": None,
+            "metric": None, "bound_rule": None, "detail": detail, "passed": False}
 
 
 def has_native_builtins(device, target: str) -> tuple[bool, str]:
@@ -277,21 +283,18 @@ def _run(args) -> int:
         native_ok, why = has_native_builtins(device, target)
         checks = run_checks(queue, target, families, args.quick, native_ok)
         native = {"skipped": None if native_ok else why, "records": run_native(queue, target) if native_ok else []}
-        entry = {"device": device_record(device, target), "checks": checks, "native_builtins": native}
         if not checks:  # nothing proven on this device is not a pass
-            checks = [{"family": ", ".join(families), "case": "(none)", "target": target, "seconds": 0.0,
-                       "error": None, "bound": None, "metric": None, "bound_rule": None, "passed": False,
-                       "detail": f"no check of the families {families} applies to target {target}"}]
+            checks.append(_failed(", ".join(families), "(none)", target,
+                                  f"no check of the families {families} applies to target {target}"))
+        entry = {"device": device_record(device, target), "checks": checks, "native_builtins": native}
         if not args.no_bench:
             filter_string = device.filter_string
             try:
                 entry["bench"], entry["bench_context"] = run_bench(filter_string, args.quick)
             except Exception as exc:  # a kernel that cannot load for the bench is a failure, in the report
                 entry["bench"], entry["bench_context"] = [], {"error": f"{type(exc).__name__}: {exc}"}
-                checks.append({"family": "bench", "case": "(run)", "target": target, "seconds": 0.0, "error": None,
-                               "bound": None, "metric": None, "bound_rule": None, "passed": False,
-                               "detail": f"the bench could not run: {type(exc).__name__}: {exc}"})
-        entry["checks"] = checks
+                checks.append(_failed("bench", "(run)", target,
+                                      f"the bench could not run: {type(exc).__name__}: {exc}"))
         report["devices"].append(entry)
     report["seconds"] = round(time.time() - started, 1)
     report["passed"] = all(c["passed"] for d in report["devices"] for c in d["checks"]) and \

@@ -206,11 +206,19 @@ class BenchContext:
             sums = dpnp.empty(items, dtype=np.float32, sycl_queue=self.queue)
             self._probe = (program.kernel(), buffers, sums, n_floats, items, local)
         kernel, buffers, sums, n_floats, items, local = self._probe
+        return n_floats * 4 / self._stream_read_seconds(kernel, buffers, sums, n_floats, items, local, 1, iters) / 1e9
+
+    def _stream_read_seconds(self, kernel, buffers, sums, n_floats: int, items: int, local: int, warmup: int,
+                             iters: int) -> float:
+        """Median kernel time of stream_read over n_floats, `items` work-items, rotating through `buffers`; the sums
+        of the work-items are checked, so a kernel that read nothing cannot give a time."""
+        sums[...] = 0
         seconds = self._median_event_seconds(
-            lambda i: launch.launch(kernel, [buffers[i % 2], sums, n_floats], items, local, self.queue), 1, iters)
-        if not np.isclose(float(dpnp.asnumpy(sums).sum(dtype=np.float64)), n_floats, rtol=1e-3):
-            raise RuntimeError("stream_read returned a wrong sum; bandwidth figure would be meaningless")
-        return n_floats * 4 / seconds / 1e9
+            lambda i: launch.launch(kernel, [buffers[i % len(buffers)], sums, n_floats], items, local, self.queue),
+            warmup, iters)
+        if not np.isclose(float(dpnp.asnumpy(sums[:items]).sum(dtype=np.float64)), n_floats, rtol=1e-3):
+            raise RuntimeError("stream_read returned a wrong sum; its time would be meaningless")
+        return seconds
 
     def read_launch_seconds(self, nbytes: int, copies: int) -> float:
         """Kernel time of the fastest stream_read launch over nbytes, rotating through `copies` buffers as a row's pool
@@ -223,16 +231,8 @@ class BenchContext:
         items, local = self._probe_geometry(program)
         sums = dpnp.empty(items, dtype=np.float32, sycl_queue=self.queue)
         kernel = program.kernel()
-        best = math.inf
-        for size in sorted({local, 2 * local, items}):
-            sums[...] = 0
-            seconds = self._median_event_seconds(
-                lambda i: launch.launch(kernel, [buffers[i % len(buffers)], sums, n_floats], size, local, self.queue),
-                2, self.iters)
-            if not np.isclose(float(dpnp.asnumpy(sums[:size]).sum(dtype=np.float64)), n_floats, rtol=1e-3):
-                raise RuntimeError("stream_read returned a wrong sum; its time would be meaningless")
-            best = min(best, seconds)
-        return best
+        return min(self._stream_read_seconds(kernel, buffers, sums, n_floats, size, local, 2, self.iters)
+                   for size in sorted({local, 2 * local, items}))
 
     def measure_fma_peak(self, iters: int = 40000, record: bool = True) -> float:
         """GFLOP/s of the shipped fma_peak kernel (independent fp32 multiply-add chains on every compute unit): the

@@ -54,11 +54,11 @@ def _model(queue, config, opts, load_opts, target=None):
     another device with software DPAS (the whole Xe2 code path, as `XE2RT_TARGET=bmg` runs it on the CPU device)."""
     from .. import targets
     from ..models import llm
-    if target is not None and targets.resolve(queue.sycl_device) != target:
-        raise RuntimeError(f"the llm checks run the model on the target its device resolves to "
-                           f"({targets.resolve(queue.sycl_device)}), not {target}: set XE2RT_TARGET={target}")
-    key = (queue, targets.resolve(queue.sycl_device), config, tuple(sorted(opts.items())),
-           tuple(sorted(load_opts.items())))
+    resolved = targets.resolve(queue.sycl_device)
+    if target is not None and resolved != target:
+        raise RuntimeError(f"the llm checks run the model on the target its device resolves to ({resolved}), not "
+                           f"{target}: set XE2RT_TARGET={target}")
+    key = (queue, resolved, config, tuple(sorted(opts.items())), tuple(sorted(load_opts.items())))
     if key not in _models:
         _models.clear()
         _models[key] = llm.load(_folder(config, key[3]), queue=queue, max_tokens=64, progress=False, **load_opts)
