@@ -636,3 +636,24 @@ def test_random_4bit_weights_have_mean_near_zero(fmt, sym):
     w = decode_reference(fmt, parts, "p", 16, 512)
     mean, std = np.abs(w.mean(axis=1)), w.std(axis=1)
     assert (mean < 0.15 * std).all(), (mean / std).max()
+
+
+def test_generation_config_stop_ids_are_added(tmp_path):
+    """transformers' generate stops at generation_config.json's eos_token_id, which for instruct models often holds
+    end-of-turn ids that config.json lacks: read_config adds them after config.json's (no duplicates)."""
+    out = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=1)
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(dict(cfg, eos_token_id=5)))
+    assert read_config(out).eos_ids == (5,)
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 5, 9], "do_sample": True}))
+    assert read_config(out).eos_ids == (5, 7, 9)
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": 11}))
+    assert read_config(out).eos_ids == (5, 11)
+    (out / "generation_config.json").write_text(json.dumps({"temperature": 0.6}))
+    assert read_config(out).eos_ids == (5,)
+    for text, match in [("{", "generation_config.json: not valid JSON"),
+                        ("[1]", "generation_config.json: must hold a JSON object"),
+                        (json.dumps({"eos_token_id": "2"}), "generation_config.json: eos_token_id must be a token id")]:
+        (out / "generation_config.json").write_text(text)
+        with pytest.raises(CheckpointError, match=match):
+            read_config(out)

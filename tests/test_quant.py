@@ -247,6 +247,10 @@ def test_importer_bad_input(rng):
     with pytest.raises(xe2rt.InputError, match=r"g_idx is not the trivial"):
         xe2rt.from_gptq(qweight, qzeros, scales, g_idx=np.random.default_rng(0).permutation(128) // 32,
                         checkpoint_format="gptq_v2")
+    with pytest.raises(xe2rt.InputTypeError, match=r"g_idx must hold integers .* got float32"):
+        # trivial groups in float, and a float g_idx that truncates to them: neither is a GPTQ g_idx
+        xe2rt.from_gptq(qweight, qzeros, scales, g_idx=(np.arange(128) // 32 + 0.7).astype(np.float32),
+                        checkpoint_format="gptq_v2")
     with pytest.raises(xe2rt.InputError, match=r"checkpoint_format must be"):
         xe2rt.from_gptq(qweight, qzeros, scales, checkpoint_format="exl2")
     with pytest.raises(xe2rt.InputTypeError, match=r"qweight must be int32"):

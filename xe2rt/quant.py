@@ -366,7 +366,10 @@ def from_gptq(qweight, qzeros, scales, *, g_idx=None, checkpoint_format: str = "
             raise InputError(f"{owner}: v1 qzeros store zero - 1; group {g}, column {c} stores 15, i.e. zero point "
                              f"16, which 4 bits cannot hold (is this a gptq_v2 checkpoint?)")
     if g_idx is not None:
-        gi = _host(g_idx).astype(np.int64).reshape(-1)
+        gi = _host(g_idx)
+        if not np.issubdtype(gi.dtype, np.integer):
+            raise InputTypeError(f"{owner}: g_idx must hold integers (int32 in GPTQ checkpoints), got {gi.dtype}")
+        gi = gi.astype(np.int64).reshape(-1)
         groups = _host(scales).shape[0]
         expected = np.arange(k) // (k // max(groups, 1))
         if gi.shape != (k,) or not np.array_equal(gi, expected):

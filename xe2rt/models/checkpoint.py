@@ -237,10 +237,7 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
             scaling_key(scaling)
         except InputError as error:
             raise CheckpointError(f"{path}: rope_scaling: {error}") from None
-    eos = raw.get("eos_token_id")
-    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
-    if not all(type(t) is int and t >= 0 for t in eos_ids):
-        raise CheckpointError(f"{path}: eos_token_id must be a token id or a list of token ids, got {eos!r}")
+    eos_ids = _eos_ids(raw, path)
     layers = field("num_hidden_layers")
     eps, theta = field("rms_norm_eps", float), field("rope_theta", float)
     if eps > FLOAT32_MAX:  # the kernels take eps as a float
@@ -269,6 +266,30 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     return cfg
 
 
+def _eos_ids(raw: dict, path: str) -> tuple:
+    """The eos_token_id of a config.json or generation_config.json (an id, a list of ids or absent) as a tuple."""
+    eos = raw.get("eos_token_id")
+    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+    if not all(type(t) is int and t >= 0 for t in eos_ids):
+        raise CheckpointError(f"{path}: eos_token_id must be a token id or a list of token ids, got {eos!r}")
+    return eos_ids
+
+
+def _generation_eos_ids(folder: Path) -> tuple:
+    """The stop ids of generation_config.json when the folder has one (what transformers' generate stops at: an
+    instruct model's end-of-turn ids are often only there), () otherwise."""
+    path = folder / "generation_config.json"
+    if not path.is_file():
+        return ()
+    try:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: must hold a JSON object, got {type(raw).__name__}")
+    return _eos_ids(raw, str(path))
+
+
 def read_config(folder) -> ModelConfig:
     path = Path(folder) / "config.json"
     if not Path(folder).is_dir():
@@ -280,7 +301,11 @@ def read_config(folder) -> ModelConfig:
         raw = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
-    return parse_config(raw, str(path))
+    cfg = parse_config(raw, str(path))
+    extra = [t for t in _generation_eos_ids(Path(folder)) if t not in cfg.eos_ids]
+    if extra:
+        cfg.eos_ids = cfg.eos_ids + tuple(extra)
+    return cfg
 
 
 # ------------------------------------------------------------------------------------------------------ safetensors
