@@ -15,7 +15,7 @@
  *              qk_norm: x = the rms_norm y above over the head's D values, before the rotation (Qwen3).
  *   silu_mul:  y = fp16(g / (1 + exp(-g)) * u) in fp32.
  * inv_freq (D / 2 fp32 values) comes from the host (xe2rt.reference.decoder.inv_freq: HF's float32 formula including
- * Llama-3 scaling), so the angles are bit-identical to HF's.
+ * Llama-3 scaling, its power correctly rounded), so the angles are HF's fp32 products of the same table.
  *
  * Kernels: rms_norm_f16, rope_kv_d64, rope_kv_d128, silu_mul_f16. Two code shapes (TOOLCHAIN.md 6):
  *  - XE2: sub-groups of 16 lanes, ushort8 sub-group block reads/writes where rows are 16-byte aligned (element

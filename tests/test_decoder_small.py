@@ -85,6 +85,22 @@ def test_rope_unchecked_positions_never_write_outside(queue, rng, target):
     assert (guard.asnumpy() == 5).all()
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("theta", [10000.0, 500000.0, 1000000.0, 10000.5])
+def test_inv_freq_power_is_correctly_rounded(d, theta):
+    """The table's power theta ** (2i / D) is the correctly rounded float32 (checked against 50-digit decimal
+    arithmetic), so it does not depend on the host's vectorized float32 pow; inv_freq is float32(1) / that power."""
+    from decimal import Decimal, getcontext
+    getcontext().prec = 50
+    base = Decimal(float(np.float32(theta)))
+    exact = [base ** (Decimal(2 * i) / Decimal(d)) for i in range(d // 2)]
+    want = np.array([float(e) for e in exact], np.float64).astype(np.float32)
+    for e, w in zip(exact, want):  # the float64 step cannot have moved a float32 rounding: not near a midpoint
+        lo, hi = np.nextafter(w, np.float32(0)), np.nextafter(w, np.float32(np.inf))
+        assert abs(Decimal(float(w)) - e) < min(abs(Decimal(float(lo)) - e), abs(Decimal(float(hi)) - e))
+    np.testing.assert_array_equal(ref.inv_freq(d, theta), np.float32(1) / want)
+
+
 @pytest.mark.parametrize("d,theta,factor", [(128, 500000.0, 8.0), (64, 500000.0, 32.0)])
 def test_llama3_inv_freq(d, theta, factor):
     """reference.decoder.inv_freq (float32, HF's order of operations) against the same rule in float64: the three

@@ -270,7 +270,7 @@ def test_forcing_an_xe2_target_on_the_cpu_device_fails_clearly(operands):
     for target in ("bmg", "lnl"):
         with pytest.raises(xe2rt.TargetError, match=rf"target '{target}' needs an Intel Xe2 GPU.*"
                                                     r"intel_sub_group_f16_f16_matrix_mad_k16.*"
-                                                    r"cl_intel_subgroup_2d_block_io.*variant='xe2emu'"):
+                                                    r"cl_intel_subgroup_2d_block_io.*xe2rt\.ops\.gemm_fp16\.run\(\.\.\., variant='xe2emu'\)"):
             xe2rt.gemm_fp16(a, b, bias=bias, out=out, target=target)
     _untouched(out)
 

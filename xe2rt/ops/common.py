@@ -101,8 +101,8 @@ def check_native_xe2(op: str, native: bool, target: str, queue: dpctl.SyclQueue)
             f"{op}: target {target!r} needs an Intel Xe2 GPU: its kernels call "
             f"intel_sub_group_f16_f16_matrix_mad_k16 (cl_intel_subgroup_matrix_multiply_accumulate) and "
             f"intel_sub_group_2d_block_read_* (cl_intel_subgroup_2d_block_io), which device {device.name!r} does not "
-            f"provide; use target='cpu' or target=None, or variant='xe2emu' to run the Xe2 kernels with software DPAS "
-            f"and 2D block reads")
+            f"provide; use target='cpu' or target=None, or xe2rt.ops.{op}.run(..., variant='xe2emu') to run the Xe2 "
+            f"kernels with software DPAS and 2D block reads")
 
 
 def vnni_available(op: str, option: str, requested: bool, target: str, queue: dpctl.SyclQueue) -> bool:

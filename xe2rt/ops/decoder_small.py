@@ -20,7 +20,7 @@ Decomposition and geometry:
 
 inv_freq for rope_kv is computed on the host in float32 by xe2rt.reference.decoder.inv_freq (HF's formula) and kept on
 the device per (queue, D, theta, scaling) for good (the scaling dict normalized to a frozen Llama3Scaling): the
-kernel's angles are bit-identical to HF's. The table is a fastcall resident constant, so warm xe2rt.rope_kv calls
+kernel's angles are HF's float32 products, from a table whose power is correctly rounded (the same on every host). The table is a fastcall resident constant, so warm xe2rt.rope_kv calls
 replay from xe2rt.fastcall's cache (see replayable_rope_kv; with check_positions true the positions are still read back
 and checked on every call) and plans (xe2rt.bind) hold it.
 

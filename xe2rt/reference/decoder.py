@@ -36,10 +36,17 @@ def rms_norm_ref(x, weight, eps: float, residual=None):
 
 def inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
     """float32 [head_dim / 2]: HF's default inv_freq, then the rope_type "llama3" adjustment when `scaling` is given
-    (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings), every step in float32."""
+    (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings), every step in float32.
+
+    The power float32(theta) ** (2i / D) is taken correctly rounded to float32 (from the C library's double pow, one
+    element at a time), not by numpy's float32 np.power: that one is vectorized per CPU (SVML on AVX-512 hosts) and
+    differs from the correctly rounded power by 1 ulp in some entries, which would make the angles, q, k and the
+    cache depend on the host's numpy build. torch's own float32 pow may also differ by 1 ulp in an entry."""
     f32 = np.float32
-    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(f32) / f32(head_dim)
-    freq = f32(1.0) / np.power(f32(theta), exponent)
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(f32) / f32(head_dim)  # exact: D is a power of two
+    base = float(f32(theta))
+    power = np.array([math.pow(base, float(e)) for e in exponent], dtype=np.float64).astype(f32)
+    freq = f32(1.0) / power
     if scaling is None:
         return freq
     factor = f32(scaling["factor"])
