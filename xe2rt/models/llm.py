@@ -40,6 +40,7 @@ from .checkpoint import check_mode, read_config, tokenizer_for
 from .llm_weights import device_placer, load_weights, weight_bytes
 
 MOE_CHUNK = 64  # moe_ffn_w4a16 takes at most 64 tokens per call
+MLP_CHUNK = 512  # prompt rows per dense-MLP pass (bounds the gate_up and silu temporaries of a long prompt)
 ARG_ROW = 512  # xe2rt.topk's largest row (N_MAX)
 CANDIDATES = 16  # xe2rt.topk's largest k: the sampling candidates per row of ARG_ROW logits
 # Sampling candidate tiers: CANDIDATES per window of 512 logits, then (when those cannot hold the kept set) per window
@@ -213,17 +214,33 @@ class DecoderLM:
             x = dpnp.take(w["embed"], tok, axis=0)
             self._t("embedding")
         pos = self.positions[start:start + t]
-        delta = None
+        # One set of activation buffers for every layer of this call: the queue runs behind the host, and an array the
+        # host drops is freed only once the kernels queued on it have run, so fresh arrays per layer would all be
+        # alive at once (16 layers x a 2048-token prompt's temporaries: gigabytes). The ops are ordered on the queue,
+        # so layer i + 1 overwriting a buffer waits for layer i's readers.
+        def buf(*shape):
+            return dpnp.empty(shape, dtype=np.float16, sycl_queue=self.queue)
+        h, inter = cfg.hidden, cfg.intermediate
+        ys, xs, qkv, delta_buf = buf(t, h), [buf(t, h), buf(t, h)], buf(t, (hq + 2 * hkv) * d), buf(t, h)
+        heads = (buf(t, hq, d), buf(t, hkv, d), buf(t, hkv, d)) if t > 1 else None
+        attn = buf(t, hq, d) if t > 1 else None
+        dense = not all("experts" in layer for layer in w["layers"])
+        rows = min(t, MLP_CHUNK)  # the dense MLP is row-wise: its two widest temporaries hold MLP_CHUNK rows at most
+        gate_up, act = (buf(rows, 2 * inter), buf(rows, inter)) if dense else (None, None)
+        cur, delta = 0, None
         for i, layer in enumerate(w["layers"]):
             if delta is None:
-                y = rms_norm(x, layer["ln1"], eps=cfg.eps)
+                y = rms_norm(x, layer["ln1"], eps=cfg.eps, out=ys)
             else:
-                y, x = rms_norm(delta, layer["ln1"], eps=cfg.eps, residual=x)
+                y, x = rms_norm(delta, layer["ln1"], eps=cfg.eps, residual=x, out=(ys, xs[cur]))
+                cur = 1 - cur
             self._t("rms_norm")
-            qkv = self._linear(y, layer["qkv"])
+            self._linear(y, layer["qkv"], out=qkv)
             q, k, v = (qkv[:, a:b] for a, b in ((0, hq * d), (hq * d, (hq + hkv) * d), ((hq + hkv) * d, None)))
             if t > 1:  # column blocks of [T, N] are strided; the ops take C-contiguous [T, heads, D]
-                q, k, v = (dpnp.ascontiguousarray(z) for z in (q, k, v))
+                for src, dst in zip((q, k, v), heads):
+                    dst.reshape(t, -1)[...] = src
+                q, k, v = heads
                 self._t("copies")
             q, k, v = q.reshape(t, hq, d), k.reshape(t, hkv, d), v.reshape(t, hkv, d)
             qk_norm = (layer["q_norm"], layer["k_norm"], cfg.eps) if cfg.qk_norm else None
@@ -237,17 +254,18 @@ class DecoderLM:
                 if start:
                     raise InputError("a prompt continues only from an empty cache")
                 if self._dpas == "native":
-                    a = _op("prefill_attention")(q, k, v, causal=True)
+                    a = _op("prefill_attention")(q, k, v, causal=True, out=attn)
                 else:
                     from ..ops import prefill_attention
-                    a = prefill_attention.run(q, k, v, causal=True, variant=self._dpas)[0]
+                    a = prefill_attention.run(q, k, v, causal=True, variant=self._dpas, out=attn)[0]
                 self._t("prefill_attention")
-            delta = self._linear(a.reshape(t, hq * d), layer["o"])
-            y, x = rms_norm(delta, layer["ln2"], eps=cfg.eps, residual=x)
+            delta = self._linear(a.reshape(t, hq * d), layer["o"], out=delta_buf)
+            y, x = rms_norm(delta, layer["ln2"], eps=cfg.eps, residual=x, out=(ys, xs[cur]))
+            cur = 1 - cur
             self._t("rms_norm")
             if "experts" in layer:
                 logits = self._linear(y, layer["router"])
-                delta = dpnp.empty((t, cfg.hidden), dtype=np.float16, sycl_queue=self.queue)
+                delta = delta_buf
                 for r in range(0, t, MOE_CHUNK):
                     wt, ids = xe2rt.softmax_topk(logits[r:r + MOE_CHUNK], cfg.experts_per_token,
                                                  normalize=cfg.norm_topk_prob)
@@ -255,10 +273,13 @@ class DecoderLM:
                     xe2rt.moe_ffn_w4a16(y[r:r + MOE_CHUNK], layer["experts"], ids, wt, out=delta[r:r + MOE_CHUNK])
                     self._t("moe_ffn_w4a16")
             else:
-                g = _op("silu_mul")(self._linear(y, layer["gate_up"]))
-                self._t("silu_mul")
-                delta = self._linear(g, layer["down"])
-        y, _ = rms_norm(delta, w["norm"], eps=cfg.eps, residual=x)
+                delta = delta_buf
+                for r in range(0, t, MLP_CHUNK):
+                    n = min(MLP_CHUNK, t - r)
+                    g = _op("silu_mul")(self._linear(y[r:r + n], layer["gate_up"], out=gate_up[:n]), out=act[:n])
+                    self._t("silu_mul")
+                    self._linear(g, layer["down"], out=delta[r:r + n])
+        y, _ = rms_norm(delta, w["norm"], eps=cfg.eps, residual=x, out=(ys, xs[cur]))
         self._t("rms_norm")
         if last_only and t > 1:
             y = y[t - 1:t]
