@@ -3,6 +3,7 @@ without AVX512-VNNI gets (simulated here by making targets.cpu_has_avx512_vnni f
 import numpy as np
 import pytest
 
+import dpctl
 import dpnp
 import xe2rt
 from xe2rt import artifacts, config, module, targets
@@ -51,3 +52,17 @@ def test_without_vnni_the_binary_is_refused_and_not_warmed(queue, no_vnni):
     families = runnable_families(queue, "cpu")  # what xe2rt.warmup(queue) builds
     assert "gemv_w4a16" in families and "gemm_w4a16" in families
     assert not set(families) & {"gemv_w4a16_vnni", "gemm_w4a16_vnni"}
+
+
+@pytest.mark.skipif(not targets.cpu_has_avx512_vnni(dpctl.SyclQueue("opencl:cpu").sycl_device),
+                    reason="the host CPU has no AVX512-VNNI, so the VNNI GEMV never runs here")
+def test_vnni_gemv_does_not_build_the_default_family(rng):
+    """dequant='auto' on a VNNI host picks the VNNI program from the target alone: the default gemv_w4a16 program
+    (about 5 s and 100 MB of the CPU compiler's memory on its first build) is not loaded for it."""
+    from xe2rt.ops import common
+    q = dpctl.SyclQueue("opencl:cpu")  # a queue no earlier test has loaded programs for
+    qw = xe2rt.quantize_w4(rng.standard_normal((64, 256)).astype(np.float32), group_size=32).to_device(q)
+    x = dpnp.asarray(rng.standard_normal((1, 256)).astype(np.float16), sycl_queue=q)
+    xe2rt.gemv_w4a16(x, qw, dequant="auto")
+    families = {key[1] for key in common._programs if key[0] == q}
+    assert gemv_op.VNNI_FAMILY in families and gemv_op.FAMILIES[0] not in families, families

@@ -19,7 +19,7 @@ such a host), else the default: what xe2rt.models.llm asks for.
 """
 from __future__ import annotations
 
-from .. import launch
+from .. import launch, targets
 from ..errors import InputError
 from ..quant import QuantizedW4
 from .common import program_for, vnni_available
@@ -42,10 +42,12 @@ def program_variant(queue, target: str | None, dequant: str | None, m: int = 1):
     where it runs, else the default; the batched kernels are those of gemv_w4a16 in every variant)."""
     if dequant is not None and dequant not in DEQUANT_NAMES:
         raise InputError(f"{OP}: dequant must be None, 'magic', 'plain', 'vnni' or 'auto', got {dequant!r}")
-    program = program_for(queue, FAMILIES[0], target)
-    vnni = vnni_available(OP, "dequant='vnni'", dequant == "vnni", program.target, queue)
+    # the target first, so that a call that runs the VNNI kernels never builds the default family (the CPU
+    # runtime's compiler keeps about 100 MB per process for it)
+    vnni = vnni_available(OP, "dequant='vnni'", dequant == "vnni", targets.resolve(queue.sycl_device, target), queue)
     if vnni and dequant in ("auto", "vnni") and m == 1:
         return program_for(queue, VNNI_FAMILY, "cpu")
+    program = program_for(queue, FAMILIES[0], target)
     if dequant not in DEQUANT or program.constants["DEQUANT_MAGIC"] == DEQUANT[dequant]:
         return program
     return program_for(queue, FAMILIES[1], program.target)
