@@ -407,6 +407,21 @@ def test_load_peak_rss(rss_checkpoint, mode):
     assert peak - before <= 1.5 * wbytes, (peak - before, wbytes)
 
 
+@pytest.mark.parametrize("fmt", ["gptq", "awq", "compressed-tensors"])
+def test_load_peak_rss_4bit_formats(tmp_path, fmt):
+    """The 4-bit formats' load stays within 1.5x of the loaded bytes too: their integer tensors come through a mapping
+    reopened every READ_WINDOW bytes (its pages count as resident until then), their float lm_head in slices."""
+    raw = dict(rnd.shipped_config("tiny-llama"), vocab_size=32768, hidden_size=1024, intermediate_size=4096,
+               num_attention_heads=8, num_key_value_heads=2, head_dim=128)
+    folder = rnd.write(raw, tmp_path / fmt, fmt=fmt, layers=4)
+    res = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(folder), "auto"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    before, peak, wbytes = map(int, res.stdout.split())
+    assert wbytes > 50e6
+    assert peak - before <= 1.5 * wbytes, (peak - before, wbytes, (peak - before) / wbytes)
+
+
 @pytest.fixture(scope="module")
 def rss_tied_checkpoint(tmp_path_factory):
     raw = dict(rnd.shipped_config("tiny-llama"), vocab_size=65536, hidden_size=1024, intermediate_size=1024,

@@ -39,8 +39,9 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 QUANT_METHODS = ("gptq", "awq", "compressed-tensors")
 WEIGHT_MODES = ("auto", "fp16", "w4", "w8")
-READ_WINDOW = 256 << 20  # bytes read through one mapping before it is reopened (bounds resident file pages)
+READ_WINDOW = 64 << 20  # bytes read through one mapping before it is reopened (bounds resident file pages)
 CONVERT_SLICE = 1 << 20  # elements read (and converted bf16/fp32 -> fp16) at a time
+QUANT_SLICE = 1 << 18  # elements quantized at a time when weights='w4' / 'w8' quantize on load
 DTYPES = {"F16": np.float16, "F32": np.float32, "I32": np.int32, "I64": np.int64, "U8": np.uint8, "I8": np.int8,
           "BF16": None, "F64": np.float64, "I16": np.int16, "U32": np.uint32, "BOOL": np.bool_}
 ITEMSIZE = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "I64": 8, "U8": 1, "I8": 1, "F64": 8, "I16": 2, "U32": 4,
@@ -674,14 +675,21 @@ def load_linear(ckpt: Checkpoint, cfg: ModelConfig, prefix: str, n: int, k: int,
     kind = quantized_kind(ckpt, prefix)
     q = cfg.quant
     if kind == "float":
-        if mode in ("w4", "w8"):  # rows quantize independently: slice by slice, no whole float16 copy
-            parts = [quantize_w4(rows.reshape(-1, k), group_size=group_size) if mode == "w4" else
-                     quantize_w8(rows.reshape(-1, k)) for _, rows in ckpt.fp16_rows(f"{prefix}.weight", (n, k))]
-            if mode == "w8":
-                return QuantizedW8(np.concatenate([p.qweight for p in parts]),
-                                   np.concatenate([p.scales for p in parts]))
-            return QuantizedW4(np.concatenate([p.packed for p in parts]), np.concatenate([p.scales for p in parts]),
-                               None, group_size)
+        if mode in ("w4", "w8"):  # rows quantize independently: slice by slice into the result, no whole copy
+            out = None
+            step = max(1, QUANT_SLICE // k)  # the quantizers' float32 temporaries: a few times QUANT_SLICE * 4 bytes
+            for r0, rows in ckpt.fp16_rows(f"{prefix}.weight", (n, k)):
+                rows = rows.reshape(-1, k)
+                for i in range(0, len(rows), step):
+                    part = quantize_w4(rows[i:i + step], group_size=group_size) if mode == "w4" else \
+                        quantize_w8(rows[i:i + step])
+                    fields = (part.packed, part.scales) if mode == "w4" else (part.qweight, part.scales)
+                    if out is None:
+                        out = [np.empty((n,) + f.shape[1:], f.dtype) for f in fields]
+                    for dest, f in zip(out, fields):
+                        dest[r0 + i:r0 + i + len(f)] = f
+                    del part, fields
+            return QuantizedW4(out[0], out[1], None, group_size) if mode == "w4" else QuantizedW8(out[0], out[1])
         return ckpt.fp16(f"{prefix}.weight", (n, k))
     if mode == "w8":
         raise UnsupportedModelError(f"{ckpt.folder}: {prefix} is stored 4-bit; weights='w8' needs float weights "

@@ -16,6 +16,7 @@ checkpoint.load_linear). Stacking quantized rows keeps the codes as they are (on
 """
 from __future__ import annotations
 
+import ctypes
 import re
 import sys
 
@@ -48,6 +49,29 @@ def stack_rows(parts: list, what: str):
         zeros = None if (zeros == SYMMETRIC_ZERO).all() else zeros
     return QuantizedW4(np.concatenate([p.packed for p in parts]), np.concatenate([p.scales for p in parts]), zeros,
                        first.group_size)
+
+
+def _heap_trimmer():
+    """glibc's malloc_trim, or None (another C library, another OS). Freed numpy temporaries below glibc's mmap
+    threshold (which grows to 32 MB once a large array is freed) stay in the heap, resident, until trimmed: loading a
+    model makes many of them, so without trimming they count against the load's peak RSS."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+_TRIM = _heap_trimmer()
+
+
+def release_free_heap() -> None:
+    """Return the C heap's free pages to the OS (glibc; nothing elsewhere)."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def _progress(total_bytes: int, label: str):
@@ -84,6 +108,7 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
     last = [0]
 
     def tick():
+        release_free_heap()  # what the host-side temporaries of the last tensor leave resident
         if bar is not None:
             bar.update(ckpt.bytes_read - last[0])
             last[0] = ckpt.bytes_read
