@@ -205,6 +205,10 @@ def test_generate_command_line(tmp_path):
     assert len(lines[0].split()) == 4 and all(t.isdigit() for t in lines[0].split())
     assert lines[-1].startswith("prompt tokens 3, prefill ") and "decode" in lines[-1] and "peak memory" in lines[-1]
     assert "warm-up" in lines[-1]
+    import re
+    peak, before = (int(v) for v in re.search(r"peak memory (\d+) MiB \((\d+) MiB of it before loading, ",
+                                                lines[-1]).groups())
+    assert 0 < before <= peak
     model = llm.load(folder, max_tokens=16, progress=False)
     assert [int(t) for t in lines[0].split()] == model.generate([5, 9, 13], 4).tolist()
     for ids, message in [("1,,2", "must be comma-separated integers"), ("", "is empty"),

@@ -735,3 +735,12 @@ def env_rss_bytes() -> int:
     """Peak resident set of this process (ru_maxrss) in bytes."""
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 if os.name == "posix" else 0
+
+
+def current_rss_bytes() -> int | None:
+    """Resident set of this process now (Linux: /proc/self/statm), None where the OS does not say."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError, IndexError):
+        return None

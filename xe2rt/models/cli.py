@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     import dpctl
     import numpy as np
     from . import llm
-    from .checkpoint import env_rss_bytes, tokenizer_for
+    from .checkpoint import current_rss_bytes, env_rss_bytes, tokenizer_for
     streamed = []  # tokens printed so far (an error after them starts on a new line)
     try:
         if args.prompt_ids is not None:
@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         if max_tokens is None:
             max_tokens = min(4096, max(1, len(ids) + max(args.max_new_tokens, 0)))
         queue = dpctl.SyclQueue(args.device, property="in_order") if args.device else None
+        before_load = current_rss_bytes()  # the Python, dpnp and SYCL runtimes, before any weight
         model = llm.load(args.path, queue=queue, weights=args.weights, group_size=args.group_size,
                          max_tokens=max_tokens)
         warm_seconds = _warm_up(model, ids, args)
@@ -101,9 +102,9 @@ def run(args: argparse.Namespace) -> int:
     decode = f"{(len(steps) - 1) / sum(steps[1:]):.1f} tok/s" if len(steps) > 1 else "- (one new token or none)"
     print()
     print(f"prompt tokens {len(ids)}, prefill {prefill}, decode {decode} ({len(out)} new), "
-          f"warm-up {warm_seconds:.1f} s, peak memory {env_rss_bytes() / 2**20:.0f} MiB (weights "
-          f"{model.weight_bytes / 2**20:.0f} MiB, KV cache "
-          f"{model.cache_bytes / 2**20:.0f} MiB)")
+          f"warm-up {warm_seconds:.1f} s, peak memory {env_rss_bytes() / 2**20:.0f} MiB ("
+          + (f"{before_load / 2**20:.0f} MiB of it before loading, " if before_load else "")
+          + f"weights {model.weight_bytes / 2**20:.0f} MiB, KV cache {model.cache_bytes / 2**20:.0f} MiB)")
     return 0
 
 
