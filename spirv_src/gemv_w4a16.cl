@@ -543,6 +543,7 @@ W4_KERNEL(gemv_w4a16_g32_zp, 32, 1)
 W4_KERNEL(gemv_w4a16_g64_zp, 64, 1)
 W4_KERNEL(gemv_w4a16_g128_zp, 128, 1)
 
+#if WIDE_STEP != 2 /* the VNNI variant serves M = 1 only: batched calls load the default family */
 W4_BATCH_KERNEL(gemv_w4a16_g32_sym, 32, 0, 2)
 W4_BATCH_KERNEL(gemv_w4a16_g32_sym, 32, 0, 4)
 W4_BATCH_KERNEL(gemv_w4a16_g32_sym, 32, 0, 8)
@@ -567,3 +568,4 @@ W4_BATCH_KERNEL(gemv_w4a16_g128_zp, 128, 1, 2)
 W4_BATCH_KERNEL(gemv_w4a16_g128_zp, 128, 1, 4)
 W4_BATCH_KERNEL(gemv_w4a16_g128_zp, 128, 1, 8)
 W4_BATCH_KERNEL(gemv_w4a16_g128_zp, 128, 1, 16)
+#endif
