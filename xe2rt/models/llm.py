@@ -274,8 +274,11 @@ class DecoderLM:
                     self._t("moe_ffn_w4a16")
             else:
                 delta = delta_buf
-                for r in range(0, t, MLP_CHUNK):
-                    n = min(MLP_CHUNK, t - r)
+                # equal chunks of at most MLP_CHUNK rows: a prompt's rows all take the GEMM path (a short last chunk
+                # would take the GEMV kernels, whose rounding differs, so a row would depend on the prompt's length)
+                step = -(-t // -(-t // MLP_CHUNK))
+                for r in range(0, t, step):
+                    n = min(step, t - r)
                     g = _op("silu_mul")(self._linear(y[r:r + n], layer["gate_up"], out=gate_up[:n]), out=act[:n])
                     self._t("silu_mul")
                     self._linear(g, layer["down"], out=delta[r:r + n])
