@@ -42,8 +42,8 @@ def program_variant(queue, target: str | None, dequant: str | None, m: int = 1):
     where it runs, else the default; the batched kernels are those of gemv_w4a16 in every variant)."""
     if dequant is not None and dequant not in DEQUANT_NAMES:
         raise InputError(f"{OP}: dequant must be None, 'magic', 'plain', 'vnni' or 'auto', got {dequant!r}")
-    # the target first, so that a call that runs the VNNI kernels never builds the default family (the CPU
-    # runtime's compiler keeps about 100 MB per process for it)
+    # the target first, so that a call that runs the VNNI kernels loads no other program (a tidy-up: the CPU runtime
+    # compiles a kernel only when it is first created, so loading the default family cost little)
     vnni = vnni_available(OP, "dequant='vnni'", dequant == "vnni", targets.resolve(queue.sycl_device, target), queue)
     if vnni and dequant in ("auto", "vnni") and m == 1:
         return program_for(queue, VNNI_FAMILY, "cpu")
