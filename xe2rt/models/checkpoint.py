@@ -267,6 +267,14 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     return cfg
 
 
+def _json_file(path: Path):
+    """The parsed contents of a JSON file of the folder; a file that is not JSON is named."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+
+
 def _eos_ids(raw: dict, path: str) -> tuple:
     """The eos_token_id of a config.json or generation_config.json (an id, a list of ids or absent) as a tuple."""
     eos = raw.get("eos_token_id")
@@ -282,10 +290,7 @@ def _generation_eos_ids(folder: Path) -> tuple:
     path = folder / "generation_config.json"
     if not path.is_file():
         return ()
-    try:
-        raw = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    raw = _json_file(path)
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: must hold a JSON object, got {type(raw).__name__}")
     return _eos_ids(raw, str(path))
@@ -298,11 +303,7 @@ def read_config(folder) -> ModelConfig:
     if not path.is_file():
         raise CheckpointError(f"{folder}: no config.json; a Hugging Face model folder holds config.json and "
                               f"model.safetensors (or shards with model.safetensors.index.json)")
-    try:
-        raw = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
-    cfg = parse_config(raw, str(path))
+    cfg = parse_config(_json_file(path), str(path))
     extra = [t for t in _generation_eos_ids(Path(folder)) if t not in cfg.eos_ids]
     if extra:
         cfg.eos_ids = cfg.eos_ids + tuple(extra)

@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import launch, validate
 from ..errors import InputError, InputTypeError
+from ..ops.common import ceil_div
 from ..ops.gemv_common import MAX_M
 from ..ops.softmax_stats import MAX_TEMPERATURE, real_temperature
 from ..quant import QuantizedW4, QuantizedW8
@@ -197,6 +198,10 @@ class DecoderLM:
         self._t("fp16 gemv" if m <= MAX_M else "fp16 gemm")
         return y
 
+    def _empty(self, *shape, dtype=np.float16):
+        """An uninitialized device array on the model's queue (the step's and the prompt's buffers)."""
+        return dpnp.empty(shape, dtype=dtype, sycl_queue=self.queue)
+
     def _forward(self, tok, start: int, last_only: bool):
         """Logits fp16 [T or 1, V] for tokens at positions [start, start+T): `tok` a device int array [T] (gathered
         from the embeddings on the device) or a host int (one decode token: its embedding row is a view, no launch;
@@ -218,8 +223,7 @@ class DecoderLM:
         # host drops is freed only once the kernels queued on it have run, so fresh arrays per layer would all be
         # alive at once (16 layers x a 2048-token prompt's temporaries: gigabytes). The ops are ordered on the queue,
         # so layer i + 1 overwriting a buffer waits for layer i's readers.
-        def buf(*shape):
-            return dpnp.empty(shape, dtype=np.float16, sycl_queue=self.queue)
+        buf = self._empty
         h, inter = cfg.hidden, cfg.intermediate
         ys, xs, qkv, delta_buf = buf(t, h), [buf(t, h), buf(t, h)], buf(t, (hq + 2 * hkv) * d), buf(t, h)
         heads = (buf(t, hq, d), buf(t, hkv, d), buf(t, hkv, d)) if t > 1 else None
@@ -276,7 +280,7 @@ class DecoderLM:
                 delta = delta_buf
                 # equal chunks of at most MLP_CHUNK rows: a prompt's rows all take the GEMM path (a short last chunk
                 # would take the GEMV kernels, whose rounding differs, so a row would depend on the prompt's length)
-                step = -(-t // -(-t // MLP_CHUNK))
+                step = ceil_div(t, ceil_div(t, MLP_CHUNK))
                 for r in range(0, t, step):
                     n = min(step, t - r)
                     g = _op("silu_mul")(self._linear(y[r:r + n], layer["gate_up"], out=gate_up[:n]), out=act[:n])
@@ -302,9 +306,7 @@ class DecoderLM:
         rms_norm, rope_kv, silu_mul = _op("rms_norm"), _op("rope_kv"), _op("silu_mul")
         d, hq, hkv, h = cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.hidden
 
-        def buf(*shape, dtype=np.float16):
-            return dpnp.empty(shape, dtype=dtype, sycl_queue=q)
-
+        buf = self._empty
         xs = (buf(1, h), buf(1, h))  # the residual stream, alternating
         y, delta = buf(1, h), buf(1, h)
         qkv = buf(1, (hq + 2 * hkv) * d)
