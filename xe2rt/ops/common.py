@@ -14,17 +14,30 @@ from ..errors import InputError, InputTypeError, TargetError
 
 
 _programs: dict = {}
+_targets: dict = {}
+
+
+def target_for(queue: dpctl.SyclQueue, target: str | None) -> str:
+    """The target a call on `queue` runs (the per-call target, XE2RT_TARGET, or the device's), cached by what the
+    choice depends on: detecting an Xe2 GPU queries the driver."""
+    key = (queue, target, os.environ.get("XE2RT_TARGET"))
+    chosen = _targets.get(key)
+    if chosen is None:
+        chosen = targets.resolve(queue.sycl_device, target)
+        if len(_targets) > 4096:
+            _targets.clear()
+        _targets[key] = chosen
+    return chosen
 
 
 def program_for(queue: dpctl.SyclQueue, family: str, target: str | None):
-    """The program of `family` for the queue's device (target from the call, XE2RT_TARGET, or the device). Cached by
-    everything the choice depends on: the queue, the family, the per-call target and both XE2RT_* variables."""
+    """The program of `family` for the queue's device (target_for). Cached by everything the choice depends on: the
+    queue, the family, the per-call target and both XE2RT_* variables."""
     key = (queue, family, target, os.environ.get("XE2RT_TARGET"), os.environ.get("XE2RT_KERNEL_DIR"),
            module.generation)
     program = _programs.get(key)
     if program is None:
-        chosen = targets.resolve(queue.sycl_device, target)
-        program = artifacts.load(queue, chosen, family)
+        program = artifacts.load(queue, target_for(queue, target), family)
         if len(_programs) > 4096:
             _programs.clear()
         _programs[key] = program

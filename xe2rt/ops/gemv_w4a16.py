@@ -19,10 +19,10 @@ such a host), else the default: what xe2rt.models.llm asks for.
 """
 from __future__ import annotations
 
-from .. import launch, targets
+from .. import launch
 from ..errors import InputError
 from ..quant import QuantizedW4
-from .common import program_for, vnni_available
+from .common import program_for, target_for, vnni_available
 from .gemv_common import check_decode_inputs, check_quantized, geometry, launch_args, output
 from .gemv_common import kernel_name as batched_name
 
@@ -44,7 +44,7 @@ def program_variant(queue, target: str | None, dequant: str | None, m: int = 1):
         raise InputError(f"{OP}: dequant must be None, 'magic', 'plain', 'vnni' or 'auto', got {dequant!r}")
     # the target first, so that a call that runs the VNNI kernels loads no other program (a tidy-up: the CPU runtime
     # compiles a kernel only when it is first created, so loading the default family cost little)
-    vnni = vnni_available(OP, "dequant='vnni'", dequant == "vnni", targets.resolve(queue.sycl_device, target), queue)
+    vnni = vnni_available(OP, "dequant='vnni'", dequant == "vnni", target_for(queue, target), queue)
     if vnni and dequant in ("auto", "vnni") and m == 1:
         return program_for(queue, VNNI_FAMILY, "cpu")
     program = program_for(queue, FAMILIES[0], target)
