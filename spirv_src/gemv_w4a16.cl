@@ -32,6 +32,13 @@
  *    bytes, four vpdpbusd (64 byte products each) the exact integer dot, the symmetric zero point enters as
  *    -8 sum(xi) in the accumulator's start, a zero point per lane as one fma, then one fma with scale x step scale.
  *    Making x once per work-group, not per work-item, is half the gain: per work-item it cost as much as the rows.
+ *    Fused VNNI kernels (gemv_w4a16(..., norm=, silu_mul=) on the host), bit for bit the separate ops' halves:
+ *      _norm       x = rms_norm(x [+ res]) * nw first: work-item 0 of each work-group sums the squares in
+ *                  rms_norm_f16's order (work-group 0 also stores s = x + res), then each 128-k step is normalized
+ *                  and rounded to fp16 where rms_norm stores, before its fixed point; K a multiple of 128.
+ *      _silu       rows [gate; up] (N = 2 I, I even): with rows dealt out strided (row_step N / 4) a work-item's
+ *                  rows r and r + 2 are gate and up of one output, so it stores silu(g) * u of their fp16 values.
+ *      _norm_silu  both (a dense MLP's ln2, gate/up projection and SiLU-and-multiply in one launch).
  * One kernel per (group size, symmetric / zero-point): gemv_w4a16_g{32,64,128}_{sym,zp}.
  *
  * Batched decode (gemv_w4a16_g{G}_{sym,zp}_m{2,4,8,16}): x [M, K] -> y [M, N] for M <= MB, the weights read and
@@ -59,6 +66,7 @@
 #define MAGIC_VALUE 0.0f
 #endif
 #define SYM_ZERO 8
+#define ROUND16(v) ((float)convert_half_rte(v)) /* a float as the fp16 value a store of it holds */
 #define XQ_STRIDE 96 /* ints of local memory per 128-k step of x (WIDE_STEP 2): 5 x 16 + the scale, 64-byte rows */
 #ifndef WIDE_STEP
 #define WIDE_STEP 0
@@ -76,6 +84,14 @@
 #define W4_PARAMS __global const half* x, __global const uchar* packed, __global const half* scales, \
                   __global const uchar* zeros, __global half* y, int N, int K, __local float* partial
 #define W4_ARGS x, packed, scales, zeros, y, N, K, partial
+/* what the fused VNNI kernels add: the x prologue PRO_NORM (w4_prologue_step) and the output epilogue EPI_SILU
+ * (w4_cpu's store) */
+#define FUSED_PARAMS __global const half* res, __global const half* nw, __global half* s_out, float eps, int has_res
+#define FUSED_ARGS res, nw, s_out, eps, has_res
+#define PRO_NONE 0
+#define PRO_NORM 1
+#define EPI_NONE 0
+#define EPI_SILU 1
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -312,7 +328,50 @@ INLINE void codes32(uchar16 bytes, float16* lo, float16* hi)
 
 #include "w4_cpu.h"
 
-INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
+#if WIDE_STEP == 2
+#include "silu_cpu.h"
+
+/* PRO_NORM: r = rsqrt(mean(s^2) + eps) of s = fp16(x + res) (has_res) or x, summed in the order of decoder_small.cl's
+ * CPU rms_norm_f16 so that the fused kernels see its halves bit for bit; with write_s (one work-group) s is stored
+ * too. K is a multiple of 128 (checked on the host). */
+INLINE float w4_norm_rsqrt(__global const half* x, __global const half* res, __global half* s_out, int K, float eps,
+                           int has_res, bool write_s)
+{
+    float16 acc0 = 0.0f, acc1 = 0.0f;
+    for (int o = 0; o < K / 32; ++o) {
+        float16 v0 = vload_half16(2 * o, x), v1 = vload_half16(2 * o + 1, x);
+        if (has_res) {
+            const half16 h0 = convert_half16_rte(v0 + vload_half16(2 * o, res));
+            const half16 h1 = convert_half16_rte(v1 + vload_half16(2 * o + 1, res));
+            if (write_s) {
+                vstore16(as_ushort16(h0), 2 * o, (__global ushort*)s_out);
+                vstore16(as_ushort16(h1), 2 * o + 1, (__global ushort*)s_out);
+            }
+            v0 = convert_float16(h0);
+            v1 = convert_float16(h1);
+        }
+        acc0 = fma(v0, v0, acc0);
+        acc1 = fma(v1, v1, acc1);
+    }
+    return rsqrt(hsum16(acc0 + acc1) / (float)K + eps);
+}
+
+/* PRO_NORM: the 128 GEMV inputs of the step at k0 in k order (a[j] lane i: k = k0 + 16 j + i) as rms_norm_f16
+ * stores them: fp16(nw * fp16(s r)), s = fp16(x + res) or x. */
+INLINE void w4_norm_step(__global const half* x, __global const half* res, __global const half* nw, float r,
+                         int has_res, int k0, float16* a)
+{
+    for (int j = 0; j < 8; ++j) {
+        const int k = k0 + 16 * j;
+        float16 v = vload_half16(0, x + k);
+        if (has_res)
+            v = convert_float16(convert_half16_rte(v + vload_half16(0, res + k)));
+        a[j] = convert_float16(convert_half16_rte(vload_half16(0, nw + k) * convert_float16(convert_half16_rte(v * r))));
+    }
+}
+#endif
+
+INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int PRO, const int EPI)
 {
     const int lid = get_local_id(0);
     const int slice = lid % K_SPLIT;
@@ -320,10 +379,27 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
     const int row0 = get_group_id(0) * ROWS + item_row;
     const int groups_per_row = K / G;
 #if WIDE_STEP == 2
-    /* x of every whole 128-k step, once per work-group (the work-items share the steps) */
+    /* x of every whole 128-k step, once per work-group (the work-items share the steps); the fused kernels make it
+     * from their prologue's halves (PRO_NORM: after one work-item has summed the squares, into SLM after xq) */
     __local int* xq = (__local int*)(partial + ROWS * K_SPLIT);
-    for (int st = lid; st < K / 128; st += get_local_size(0))
-        x_int8_parts(x, st * 128, xq + st * XQ_STRIDE);
+    float r = 0.0f;
+    if (PRO == PRO_NORM) {
+        __local float* rs = (__local float*)(xq + (K / 128) * XQ_STRIDE);
+        if (lid == 0)
+            rs[0] = w4_norm_rsqrt(x, res, s_out, K, eps, has_res, get_group_id(0) == 0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        r = rs[0];
+    }
+    for (int st = lid; st < K / 128; st += get_local_size(0)) {
+        if (PRO == PRO_NONE) {
+            x_int8_parts(x, st * 128, xq + st * XQ_STRIDE);
+        } else {
+            float16 a[8], X[8];
+            w4_norm_step(x, res, nw, r, has_res, st * 128, a);
+            phases_of(a, X);
+            int8_parts_of(X, xq + st * XQ_STRIDE);
+        }
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
     const int chunks = G / 32; /* 32 k = 16 bytes per chunk */
@@ -455,6 +531,23 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
     for (int r = 0; r < RPT; ++r)
         partial[(item_row + r) * K_SPLIT + slice] = hsum16(acc[r]);
     barrier(CLK_LOCAL_MEM_FENCE);
+#if WIDE_STEP == 2 && RPT == 4
+    /* EPI_SILU: the rows are [gate; up], N = 2 I with I even (host-checked), and the rows are dealt out strided
+     * (row_step = N / 4), so this work-item's rows r and r + 2 are gate and up of one output, first_row + r row_step:
+     * y = fp16(g / (1 + exp(-g)) * u) of the fp16 rounded g and u, as silu_mul_f16 computes it from their stores. */
+    if (EPI == EPI_SILU) {
+        if (has_rows)
+            for (int r = 0; r < 2; ++r) {
+                const int row = first_row + r * row_step;
+                if (row < N / 2) {
+                    const float8 g = (float8)ROUND16(partial[item_row + r]);
+                    const float u = ROUND16(partial[item_row + r + 2]);
+                    vstore_half_rte((g / (1.0f + exp2_neg_log2e(g)) * u).s0, row, y);
+                }
+            }
+        return;
+    }
+#endif
     if (slice == 0)
         for (int r = 0; r < RPT; ++r) {
             const float total = xe2rt_sum_slices(partial, item_row + r, K_SPLIT);
@@ -464,7 +557,16 @@ INLINE void w4_cpu(W4_PARAMS, const int G, const int ZP)
 }
 
 #define W4_KERNEL(NAME, G, ZP) \
-    __kernel void NAME(W4_PARAMS) { w4_cpu(W4_ARGS, G, ZP); }
+    __kernel void NAME(W4_PARAMS) { w4_cpu(W4_ARGS, x, x, y, 0.0f, 0, G, ZP, PRO_NONE, EPI_NONE); }
+/* the fused VNNI kernels: NAME_norm (x = rms_norm(x [+ res]) * nw first, s = x + res stored by work-group 0),
+ * NAME_silu (y [I] = silu(gate . x) * (up . x) of rows [gate; up]), NAME_norm_silu (both) */
+#define W4_FUSED_KERNELS(NAME, G, ZP)                                                                              \
+    __kernel void NAME##_norm(W4_PARAMS, FUSED_PARAMS)                                                             \
+    { w4_cpu(W4_ARGS, FUSED_ARGS, G, ZP, PRO_NORM, EPI_NONE); }                                                    \
+    __kernel void NAME##_silu(W4_PARAMS, FUSED_PARAMS)                                                             \
+    { w4_cpu(W4_ARGS, FUSED_ARGS, G, ZP, PRO_NONE, EPI_SILU); }                                                    \
+    __kernel void NAME##_norm_silu(W4_PARAMS, FUSED_PARAMS)                                                        \
+    { w4_cpu(W4_ARGS, FUSED_ARGS, G, ZP, PRO_NORM, EPI_SILU); }
 
 /* Batched, CPU (see the header): per 32 k and row, 32 exact weights in k order (wa: k 0..15, wb: k 16..31), then per
  * x row two vload_half16 shared by the BR rows and wa a + wb b into that (row, x row) accumulator. */
@@ -543,6 +645,14 @@ W4_KERNEL(gemv_w4a16_g32_zp, 32, 1)
 W4_KERNEL(gemv_w4a16_g64_zp, 64, 1)
 W4_KERNEL(gemv_w4a16_g128_zp, 128, 1)
 
+#if WIDE_STEP == 2 && RPT == 4
+W4_FUSED_KERNELS(gemv_w4a16_g32_sym, 32, 0)
+W4_FUSED_KERNELS(gemv_w4a16_g64_sym, 64, 0)
+W4_FUSED_KERNELS(gemv_w4a16_g128_sym, 128, 0)
+W4_FUSED_KERNELS(gemv_w4a16_g32_zp, 32, 1)
+W4_FUSED_KERNELS(gemv_w4a16_g64_zp, 64, 1)
+W4_FUSED_KERNELS(gemv_w4a16_g128_zp, 128, 1)
+#endif
 #if WIDE_STEP != 2 /* the VNNI variant serves M = 1 only: batched calls load the default family */
 W4_BATCH_KERNEL(gemv_w4a16_g32_sym, 32, 0, 2)
 W4_BATCH_KERNEL(gemv_w4a16_g32_sym, 32, 0, 4)

@@ -19,15 +19,14 @@ INLINE float hsum16(float16 v)
 #define PAIR_SHIFT(w, t) (4 * (t) <= 15 ? (w) << (15 - 4 * (t)) : (w) >> (4 * (t) - 15))
 #define AS_CODE(v, mask) as_float16(((v) & (mask)) | 0x3F800000u)
 
-/* x[k0 .. k0 + 127] as 8 phase vectors: X[t] lane i = x[k0 + 8 i + t] (three rounds of even / odd splits). */
-INLINE void x_phases(__global const half* x, int k0, float16* X)
+/* 128 values in k order (a[j] lane i = value 16 j + i) as 8 phase vectors: X[t] lane i = value 8 i + t (three
+ * rounds of even / odd splits). */
+INLINE void phases_of(const float16* a, float16* X)
 {
     /* each round: even / odd elements of the concatenation of two vectors, one two-source permute each */
     const uint16 EVEN = (uint16)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const uint16 ODD = EVEN + 1;
-    float16 a[8], e1[4], o1[4], r2[8];
-    for (int j = 0; j < 8; ++j)
-        a[j] = vload_half16(0, x + k0 + 16 * j);
+    float16 e1[4], o1[4], r2[8];
     for (int p = 0; p < 4; ++p) { /* x[32p + 2r], x[32p + 2r + 1] */
         e1[p] = shuffle2(a[2 * p], a[2 * p + 1], EVEN);
         o1[p] = shuffle2(a[2 * p], a[2 * p + 1], ODD);
@@ -47,6 +46,15 @@ INLINE void x_phases(__global const half* x, int k0, float16* X)
     X[5] = shuffle2(r2[4], r2[5], ODD);
     X[3] = shuffle2(r2[6], r2[7], EVEN);
     X[7] = shuffle2(r2[6], r2[7], ODD);
+}
+
+/* x[k0 .. k0 + 127] as 8 phase vectors: X[t] lane i = x[k0 + 8 i + t]. */
+INLINE void x_phases(__global const half* x, int k0, float16* X)
+{
+    float16 a[8];
+    for (int j = 0; j < 8; ++j)
+        a[j] = vload_half16(0, x + k0 + 16 * j);
+    phases_of(a, X);
 }
 
 /* Per-lane value of a per-group array (scales or zero points) over one step: lane i belongs to group g0 + 8 i / G. */
@@ -109,10 +117,8 @@ INLINE int16 fixed_point(float16 x, int s)
  * xi = 256 hi + lo with signed bytes lo in
  * [-128, 127], hi in [-64, 64], laid out as the packed codes: lane i byte j of the even rows holds k = k0 + 8 i + 2 j,
  * of the odd rows k + 1. q: 16 ints each of even hi, odd hi, even lo, odd lo, the lane sums of xi, then sx. */
-INLINE void x_int8_parts(__global const half* x, int k0, __local int* q)
+INLINE void int8_parts_of(const float16* X, __local int* q) /* X[t] lane i = x[k0 + 8 i + t] (x_phases) */
 {
-    float16 X[8];
-    x_phases(x, k0, X); /* X[t] lane i = x[k0 + 8 i + t] */
     float16 a = fmax(fmax(fabs(X[0]), fabs(X[1])), fmax(fabs(X[2]), fabs(X[3])));
     a = fmax(a, fmax(fmax(fabs(X[4]), fabs(X[5])), fmax(fabs(X[6]), fabs(X[7]))));
     const float16 z = ((X[0] + X[1]) + (X[2] + X[3]) + (X[4] + X[5]) + (X[6] + X[7])) * 0.0f;
@@ -130,6 +136,13 @@ INLINE void x_int8_parts(__global const half* x, int k0, __local int* q)
     vstore16((lo[1] & 255) | ((lo[3] & 255) << 8) | ((lo[5] & 255) << 16) | (lo[7] << 24), 3, q);
     vstore16(sum, 4, q);
     q[80] = as_int(as_float((127 + e) << 23) + nonfinite_nan(z)); /* sx as float bits (NaN: a non-finite x) */
+}
+
+INLINE void x_int8_parts(__global const half* x, int k0, __local int* q)
+{
+    float16 X[8];
+    x_phases(x, k0, X);
+    int8_parts_of(X, q);
 }
 
 #endif

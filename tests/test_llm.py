@@ -385,3 +385,23 @@ def test_sampling_second_candidate_tier(queue, tmp_path, monkeypatch):
             got = model._choose(model._logit_row, temperature, top_k, top_p, _Draw((cdf[j] - p[j] / 2) / cdf[-1]))
             assert got == order[j], (temperature, top_k, top_p, got, order[j])
     assert not sorts, "the whole vocabulary was sorted"
+
+
+def test_w4_decode_step_folds_the_norms_and_silu_mul_into_its_gemvs(queue, tmp_path):
+    """On an AVX512-VNNI host a W4 decode step runs ln1 inside the qkv GEMV and ln2 and silu_mul inside the gate/up
+    GEMV (gemv_w4a16's norm= and silu_mul=, one kernel each): 3 launches fewer per dense layer, with tokens and
+    logits equal bit for bit to the step with every op on its own."""
+    from conftest import skip_unless_vnni
+    skip_unless_vnni(queue)
+    folder = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", seed=5)
+    fused = llm.load(folder, queue=queue, weights="w4", group_size=32, max_tokens=64, progress=False)
+    apart = llm.load(folder, queue=queue, weights="w4", group_size=32, max_tokens=64, progress=False)
+    apart._fuses = lambda w, silu_mul=False: False
+    ids = np.random.default_rng(5).integers(0, fused.cfg.vocab, 9).astype(np.int32)
+    tokens, logits = fused.generate(ids, 12, return_logits=True)
+    tokens_apart, logits_apart = apart.generate(ids, 12, return_logits=True)
+    assert np.array_equal(tokens, tokens_apart) and np.array_equal(logits, logits_apart)
+    for plans in fused._dec["layers"]:
+        assert set(plans) == {"qkv", "rope_kv", "o", "gate_up", "down"}
+        assert plans["qkv"].launches == plans["gate_up"].launches == 1
+    assert set(apart._dec["layers"][1]) == {"ln1", "qkv", "rope_kv", "o", "ln2", "gate_up", "silu_mul", "down"}

@@ -16,11 +16,22 @@ the codes with x as 15-bit fixed point per 128-k step (gemv_w4a16.cl's header): 
 2^-14 of its step's largest |x| (elements within 2^3 of the largest exactly), about 1.6x faster, and outside the fp32
 bound where one element of a step dwarfs the others (an outlier channel). "auto" is "vnni" where it runs (M = 1 on
 such a host), else the default: what xe2rt.models.llm asks for.
+
+Folded decoder ops (norm=, residual=, silu_mul=): the rms_norm before a projection and the SiLU-and-multiply after a
+[gate; up] projection, as xe2rt.rms_norm / xe2rt.silu_mul compute them. One launch of the VNNI family's _norm, _silu
+or _norm_silu kernel where `fuses` says so (the VNNI kernels at M = 1; norm: K a multiple of 128; silu_mul: I even),
+with the separate ops' fp16 values bit for bit; the ops in turn elsewhere (Xe2 and the exact kernels: there the
+fusion is not written). Geometry as the plain VNNI kernel, plus one SLM float for the norm's scale. A decode step of
+xe2rt.models.llm folds ln1 into qkv and ln2 + silu_mul into gate/up: 3 launches fewer per dense layer. The final norm
+stays its own launch: in the lm_head GEMV each of its 251 work-groups (128256 rows) would normalize x again, measured
+slower there (3256 against 3233 us).
 """
 from __future__ import annotations
 
-from .. import launch
-from ..errors import InputError
+import numpy as np
+
+from .. import launch, validate
+from ..errors import InputError, InputTypeError
 from ..quant import QuantizedW4
 from .common import program_for, target_for, vnni_available
 from .gemv_common import check_decode_inputs, check_quantized, geometry, launch_args, output
@@ -31,6 +42,7 @@ FAMILIES = ("gemv_w4a16", "gemv_w4a16_alt")
 VNNI_FAMILY = "gemv_w4a16_vnni"
 DEQUANT = {"magic": 1, "plain": 0}
 DEQUANT_NAMES = ("magic", "plain", "vnni", "auto")
+_F16 = [np.float16]
 
 
 def kernel_name(group_size: int, symmetric: bool, m: int = 1) -> str:
@@ -71,11 +83,133 @@ def run(x, qw, *, out=None, target: str | None = None, dequant: str | None = Non
     return y, event
 
 
-def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequant: str | None = None):
+def _check_fused(x, qw, norm, residual, silu_mul, out) -> tuple:
+    """The checks of a call with norm= / silu_mul=, all before anything is launched: returns (queue, norm weight, eps,
+    y_out, s_out, y shape, M)."""
+    from .decoder_small import _eps, _no_overlap
+    if not isinstance(silu_mul, (bool, np.bool_)):
+        raise InputTypeError(f"{OP}: silu_mul must be True or False, got {silu_mul!r}")
+    if residual is not None and norm is None:
+        raise InputError(f"{OP}: residual= is the residual of the norm (s = x + residual); it needs norm=(weight, eps)")
+    weight = eps = None
+    if norm is not None:
+        if not isinstance(norm, (tuple, list)) or len(norm) != 2:
+            raise InputTypeError(f"{OP}: norm must be a (weight, eps) pair (the rms_norm applied to x first), got "
+                                 f"{type(norm).__name__}")
+        weight, eps = norm[0], _eps(OP, norm[1], "norm's eps")
+        validate.device_array(OP, "norm weight", weight, dtypes=_F16, ndims=[1])
+    validate.device_array(OP, "x", x, dtypes=_F16, ndims=[1, 2])
+    n, k = qw.shape
+    if x.shape[-1] != k:
+        raise InputError(f"{OP}: x has K = {x.shape[-1]} but qw is [N, K] = {(n, k)}; K must match")
+    if norm is not None and k == 0:
+        raise InputError(f"{OP}: norm= needs K >= 1 (the mean of x's squares), got qw {(n, k)}")
+    if silu_mul and n % 2:
+        raise InputError(f"{OP}: silu_mul=True needs qw's rows as [gate; up], N = 2 I, got N = {n}")
+    if weight is not None and tuple(weight.shape) != (k,):
+        raise InputError(f"{OP}: the norm weight must have shape {(k,)} (K), got {tuple(weight.shape)}")
+    if residual is not None:
+        validate.device_array(OP, "residual", residual, dtypes=_F16, ndims=[1, 2])
+        if tuple(residual.shape) != tuple(x.shape):
+            raise InputError(f"{OP}: residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    y_out = s_out = None
+    if residual is not None and out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise InputTypeError(f"{OP}: with residual, out must be a (y, s) tuple of two dpnp arrays, got "
+                                 f"{type(out).__name__}")
+        y_out, s_out = out
+    elif out is not None:
+        y_out = out
+    queue = validate.same_queue(OP, x=x, qw=qw, **{"norm weight": weight}, residual=residual, out=y_out, s=s_out)
+    m = x.shape[0] if x.ndim == 2 else 1
+    width = n // 2 if silu_mul else n
+    y_shape = (m, width) if x.ndim == 2 else (width,)
+    inputs = {"x": x, "packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros}
+    if y_out is not None:
+        validate.out_array(OP, y_out, shape=y_shape, dtype=np.float16, queue=queue, inputs=inputs)
+    if s_out is not None:
+        validate.out_array(OP, s_out, shape=x.shape, dtype=np.float16, queue=queue, inputs=inputs)
+    written = {"out y": y_out, "out s": s_out}
+    _no_overlap(OP, {a: b for a, b in written.items() if b is not None},
+                {"x": x, "residual": residual, "norm weight": weight})
+    return queue, weight, eps, y_out, s_out, y_shape, m
+
+
+def _fuses(program, m: int, n: int, k: int, norm: bool, silu_mul: bool) -> bool:
+    return program.name == VNNI_FAMILY and m == 1 and n > 0 and (k % 128 == 0 or not norm) and \
+        (n % 4 == 0 or not silu_mul)
+
+
+def fuses(queue, qw: QuantizedW4, *, norm: bool = True, silu_mul: bool = False, dequant: str | None = None,
+          m: int = 1, target: str | None = None) -> bool:
+    """Whether gemv_w4a16(..., norm=..., silu_mul=...) on this queue runs as one kernel (else as the ops in turn)."""
+    return _fuses(program_variant(queue, target, dequant, m), m, *qw.shape, norm, silu_mul)
+
+
+def run_fused(x, qw, *, norm=None, residual=None, silu_mul=False, out=None, target: str | None = None,
+              dequant: str | None = None):
+    """gemv_w4a16 with norm= and / or silu_mul=; returns (result, event). One kernel (the VNNI family's _norm, _silu
+    and _norm_silu kernels) where fuses() says so, else the ops in turn (rms_norm into a new array, the GEMV,
+    silu_mul), with the same fp16 values in between."""
+    check_quantized(OP, qw, QuantizedW4, "xe2rt.quantize_w4 / from_gptq / from_awq")
+    queue, weight, eps, y_out, s_out, y_shape, m = _check_fused(x, qw, norm, residual, silu_mul, out)
+    n, k = qw.shape
+    # the GEMV's own checks (x stands in for the norm's output: same shape, dtype and queue)
+    check_decode_inputs(OP, x, n, k, {"packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros}, None, qw=qw)
+    program = program_variant(queue, target, dequant, m)
+    if not _fuses(program, m, n, k, norm is not None, silu_mul):
+        from . import decoder_small
+        act = x
+        if norm is not None:
+            x2 = x.reshape(m, k)
+            if residual is None:
+                act = decoder_small.rms_norm(x2, weight, eps=eps, target=target)
+            else:
+                pair = None if s_out is None else (launch.new_output(x2.shape, np.float16, queue),
+                                                   s_out.reshape(x2.shape))
+                act, s2 = decoder_small.rms_norm(x2, weight, eps=eps, residual=residual.reshape(x2.shape), out=pair,
+                                                 target=target)
+                s_out = s2.reshape(x.shape)
+            act = act.reshape(x.shape)
+        if silu_mul:
+            h, _ = run(act, qw, target=target, dequant=dequant)
+            y, event = decoder_small.run_silu_mul(h.reshape(m, n), out=None if y_out is None else
+                                                  y_out.reshape(m, n // 2), target=target)
+            y = y_out if y_out is not None else y.reshape(y_shape)
+        else:
+            y, event = run(act, qw, out=y_out, target=target, dequant=dequant)
+        return (y if residual is None else (y, s_out)), event
+    y = y_out if y_out is not None else launch.new_output(y_shape, np.float16, queue)
+    if residual is not None and s_out is None:
+        s_out = launch.new_output(x.shape, np.float16, queue)
+    global_size, local_size, slm_floats = geometry(program.constants, program.target, n, m, k)
+    zeros = qw.packed if qw.zeros is None else qw.zeros
+    name = kernel_name(qw.group_size, qw.symmetric) + ("_norm" if norm is not None else "") + \
+        ("_silu" if silu_mul else "")
+    args = launch_args(m, [x, qw.packed, qw.scales, zeros, y], n, k, slm_floats + 1)
+    args += [x if residual is None else residual, x if weight is None else weight, y if s_out is None else s_out,
+             0.0 if eps is None else eps, int(residual is not None)]
+    event = launch.launch(program.kernel(name), args, global_size, local_size, queue)
+    return (y if residual is None else (y, s_out)), event
+
+
+def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequant: str | None = None, norm=None,
+               residual=None, silu_mul: bool = False):
     """y = dequant(qw) @ x for float16 x [K] (y [N]) or x [M, K] with M <= 16 (y [M, N] = x @ dequant(qw).T), qw a
     QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain";
     "vnni": integer dot products with x rounded to 15-bit fixed point per 128 k, CPU devices with AVX512-VNNI only;
     "auto": "vnni" where it runs, else the default) overrides the target's default variant (M = 1 only: the batched
     kernels dequantize exactly first either way);
-    `target` forces a kernel target (bmg, lnl, cpu) for this call."""
-    return run(x, qw, out=out, target=target, dequant=dequant)[0]
+    `target` forces a kernel target (bmg, lnl, cpu) for this call.
+
+    The ops a decoder layer puts around its projections, as xe2rt.rms_norm / xe2rt.silu_mul compute them (the fp16
+    values in between rounded alike):
+      norm=(weight, eps): the product takes rms_norm(x, weight, eps=eps, residual=residual); with residual (x's
+        shape) the call returns (y, s), s = x + residual (out, if given, is the (y, s) pair);
+      silu_mul=True: qw's rows are [gate; up] (N = 2 I) and y = silu(gate . x) * (up . x), [I] or [M, I].
+    On an AVX512-VNNI host with dequant "vnni" / "auto" and M = 1 (norm: K a multiple of 128; silu_mul: I even) that
+    is one launch (`fuses`); elsewhere the ops in turn."""
+    if norm is None and residual is None and silu_mul is False:
+        return run(x, qw, out=out, target=target, dequant=dequant)[0]
+    return run_fused(x, qw, norm=norm, residual=residual, silu_mul=silu_mul, out=out, target=target,
+                     dequant=dequant)[0]

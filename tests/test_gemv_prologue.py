@@ -1,0 +1,195 @@
+"""gemv_w4a16 with the decoder ops around it folded in (norm= with or without residual=, silu_mul=): one VNNI kernel
+where it runs, the ops in turn elsewhere; against the float64 reference of the ops (xe2rt.reference.decoder,
+xe2rt.reference.quant) within the GEMV's derived bound plus the fp16 roundings between the ops, bit for bit against
+calling the ops, and every bad input refused before anything is written."""
+import dpctl
+import numpy as np
+import pytest
+
+import dpnp
+import xe2rt
+from xe2rt.ops import gemv_w4a16 as op
+from xe2rt.reference import decoder as ref_d
+from xe2rt.reference import quant as ref_q
+
+from conftest import skip_unless_vnni, to_device
+from test_gemv_w4a16 import random_qw
+
+
+def _f16(a):
+    return np.asarray(a, dtype=np.float64).astype(np.float16).astype(np.float64)
+
+
+FORMS = ["norm", "norm+res", "silu", "norm+res+silu"]
+EPS = 1e-5
+
+
+def _inputs(rng, k, rows=1):
+    x = rng.standard_normal((rows, k)).astype(np.float16)
+    res = rng.standard_normal((rows, k)).astype(np.float16)
+    w = (1.0 + 0.2 * rng.standard_normal(k)).astype(np.float16)
+    return x, res, w
+
+
+def _kwargs(queue, form, res, w):
+    kw = {"silu_mul": "silu" in form}
+    if "norm" in form:
+        kw["norm"] = (to_device(w, queue), EPS)
+    if "res" in form:
+        kw["residual"] = to_device(res, queue)
+    return kw
+
+
+def _ops(queue, x, qw, form, res, w, **kw):
+    """The same work as separate xe2rt ops: (y, s or None)."""
+    a, s = to_device(x, queue), None
+    if "res" in form:
+        a, s = xe2rt.rms_norm(a.reshape(-1, x.shape[-1]), to_device(w, queue), eps=EPS,
+                              residual=to_device(res, queue).reshape(-1, x.shape[-1]))
+    elif "norm" in form:
+        a = xe2rt.rms_norm(a.reshape(-1, x.shape[-1]), to_device(w, queue), eps=EPS)
+    y = xe2rt.gemv_w4a16(a.reshape(x.shape), qw, **kw)
+    if "silu" in form:
+        y = xe2rt.silu_mul(y.reshape(-1, qw.shape[0])).reshape(*x.shape[:-1], qw.shape[0] // 2)
+    return y, s
+
+
+def _split(result, form):
+    return result if "res" in form else (result, None)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("n,k,group_size,symmetric", [(3072, 2048, 32, True), (1000, 1024, 128, False),
+                                                      (20, 128, 64, True), (16384, 2048, 32, True)])
+def test_one_kernel_matches_the_ops_bit_for_bit(queue, rng, form, n, k, group_size, symmetric):
+    """On a VNNI host the call is one launch, and y (and s) are the separate ops' halves exactly: the norm's sum of
+    squares is taken in rms_norm_f16's order, the SiLU is silu_cpu.h's, each rounded to fp16 where the ops store."""
+    skip_unless_vnni(queue)
+    qw = random_qw(rng, n, k, group_size, symmetric, queue)
+    assert op.fuses(queue, qw, norm="norm" in form, silu_mul="silu" in form, dequant="vnni")
+    x, res, w = _inputs(rng, k)
+    got, s_got = _split(xe2rt.gemv_w4a16(to_device(x, queue), qw, dequant="vnni", **_kwargs(queue, form, res, w)), form)
+    want, s_want = _ops(queue, x, qw, form, res, w, dequant="vnni")
+    assert got.shape == want.shape
+    assert np.array_equal(dpnp.asnumpy(got), dpnp.asnumpy(want))
+    if s_want is not None:
+        assert np.array_equal(dpnp.asnumpy(s_got), dpnp.asnumpy(s_want))
+    plan = xe2rt.bind(op.gemv_w4a16, to_device(x, queue), qw, dequant="vnni", **_kwargs(queue, form, res, w))
+    assert plan.launches == 1
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("n,k,group_size,symmetric,dequant", [
+    (3072, 2048, 32, True, "auto"), (4096, 1024, 128, False, "auto"), (18, 128, 32, False, "auto"),
+    (300, 2560, 64, True, None), (40, 96, 32, True, "auto"), (6, 256, 32, True, "auto")])
+def test_against_float64_reference(queue, rng, form, n, k, group_size, symmetric, dequant):
+    """Against float64: x16 = fp16(rms_norm(x [+ residual])) (or x), h = dequant(W) @ x16, y = h or
+    silu(h[:I]) * h[I:] (every host: one kernel or the ops in turn). Bounds, derived: h within the GEMV's own bound
+    at x16 plus 2 sum_k |W| ulp16(x16) (the kernel's x16 may differ from the float64 one in the last place);
+    with silu_mul, g and u each within that plus their fp16 rounding (e), y within 1.1 (|u| + e_u) e_g +
+    |silu(g)| e_u (|silu'| <= 1.1), plus 1e-5 |y| for the fp32 exp and y's own fp16 rounding; s = fp16(x + residual)
+    exactly."""
+    qw = random_qw(rng, n, k, group_size, symmetric, queue)
+    x, res, w = _inputs(rng, k)
+    got, s = _split(xe2rt.gemv_w4a16(to_device(x[0], queue), qw, dequant=dequant,
+                                     **_kwargs(queue, form, res[0], w)), form)
+    if s is not None:
+        assert np.array_equal(dpnp.asnumpy(s).astype(np.float64), _f16(x[0].astype(np.float64) + res[0]))
+    pre = ref_d.rms_norm_ref(x, w, EPS, res if "res" in form else None)[0][0] if "norm" in form else x[0]
+    x16 = _f16(pre).astype(np.float16)
+    h = ref_q.gemv_w4(x16, qw)
+    w_abs = np.abs(qw.to_host().dequantize(np.float64))
+    e_h = ref_q.w4_kernel_bound(x16, qw, op.program_variant(queue, None, dequant).constants) + \
+        2 * w_abs @ ref_d.ulp16(x16)
+    y = dpnp.asnumpy(got).astype(np.float64)
+    if "silu" in form:
+        i = n // 2
+        g, u = h[:i], h[i:]
+        e_g = e_h[:i] + ref_d.ulp16(np.abs(g) + e_h[:i])
+        e_u = e_h[i:] + ref_d.ulp16(np.abs(u) + e_h[i:])
+        ref = ref_d.silu_mul_ref(h[None, :])[0]
+        bound = 1.1 * (np.abs(u) + e_u) * e_g + np.abs(g / (1 + np.exp(-g))) * e_u
+        bound += 1e-5 * np.abs(ref) + ref_d.ulp16(np.abs(ref) + bound)
+    else:
+        ref, bound = h, e_h
+    assert y.shape == ref.shape
+    bad = np.nonzero(np.abs(y - ref) > bound)[0]
+    assert bad.size == 0, f"rows {bad[:5]}: |y - ref| {np.abs(y - ref)[bad[:5]]} > bound {bound[bad[:5]]}"
+
+
+@pytest.mark.parametrize("case", ["k96", "m3", "default_dequant", "odd_i"])
+def test_the_ops_in_turn_where_one_kernel_cannot_run(queue, rng, case):
+    """K not a multiple of 128 (norm), M > 1, the exact default kernels, or I odd (silu_mul): the call runs the ops
+    in turn with the same result as calling them."""
+    k = 96 if case == "k96" else 256
+    n = 42 if case == "odd_i" else 40
+    qw = random_qw(rng, n, k, 32, True, queue)
+    dequant = None if case == "default_dequant" else "auto"
+    form = "norm+res+silu"
+    x, res, w = _inputs(rng, k, rows=3 if case == "m3" else 1)
+    assert not op.fuses(queue, qw, silu_mul=True, dequant=dequant, m=x.shape[0])
+    got, s_got = xe2rt.gemv_w4a16(to_device(x, queue), qw, dequant=dequant, **_kwargs(queue, form, res, w))
+    want, s_want = _ops(queue, x, qw, form, res, w, dequant=dequant)
+    assert np.array_equal(dpnp.asnumpy(got), dpnp.asnumpy(want))
+    assert np.array_equal(dpnp.asnumpy(s_got), dpnp.asnumpy(s_want))
+    plan = xe2rt.bind(op.gemv_w4a16, to_device(x, queue), qw, dequant=dequant, **_kwargs(queue, form, res, w))
+    assert plan.launches == 3
+
+
+def test_out_pair_and_nonfinite(queue, rng):
+    """out=(y, s) is written in place; an inf in x makes y non-finite where the separate ops do."""
+    k = 256
+    qw = random_qw(rng, 64, k, 32, True, queue)
+    x, res, w = _inputs(rng, k)
+    y, s = dpnp.empty((1, 32), dtype=np.float16, sycl_queue=queue), dpnp.empty((1, k), dtype=np.float16,
+                                                                                 sycl_queue=queue)
+    form = "norm+res+silu"
+    got = xe2rt.gemv_w4a16(to_device(x, queue), qw, out=(y, s), dequant="auto", **_kwargs(queue, form, res, w))
+    assert got[0] is y and got[1] is s
+    want, s_want = _ops(queue, x, qw, form, res, w, dequant="auto")
+    assert np.array_equal(dpnp.asnumpy(y), dpnp.asnumpy(want))
+    assert np.array_equal(dpnp.asnumpy(s), dpnp.asnumpy(s_want))
+    x[0, 5] = np.inf
+    got = dpnp.asnumpy(xe2rt.gemv_w4a16(to_device(x, queue), qw, dequant="auto", **_kwargs(queue, form, res, w))[0])
+    want = dpnp.asnumpy(_ops(queue, x, qw, form, res, w, dequant="auto")[0])
+    assert not np.isfinite(want).all() and np.array_equal(np.isnan(got), np.isnan(want))
+
+
+def test_bad_input_writes_nothing(queue, rng):
+    k, n = 256, 64
+    qw = random_qw(rng, n, k, 32, True, queue)
+    x = to_device(rng.standard_normal((1, k)).astype(np.float16), queue)
+    res = to_device(rng.standard_normal((1, k)).astype(np.float16), queue)
+    w = to_device(np.ones(k, np.float16), queue)
+    y = dpnp.full((1, n), 7.0, dtype=np.float16, sycl_queue=queue)
+    s = dpnp.full((1, k), 7.0, dtype=np.float16, sycl_queue=queue)
+    other = dpctl.SyclQueue("opencl:cpu")
+    cases = [
+        (dict(norm=w), xe2rt.InputTypeError, r"norm must be a \(weight, eps\) pair"),
+        (dict(norm=(w, -1.0)), xe2rt.InputError, r"norm's eps must be a finite real number >= 0, got -1.0"),
+        (dict(norm=(w[:128], EPS)), xe2rt.InputError, r"the norm weight must have shape \(256,\) \(K\), got \(128,\)"),
+        (dict(norm=(w.astype(np.float32), EPS)), xe2rt.InputTypeError, r"norm weight"),
+        (dict(residual=res), xe2rt.InputError, r"residual= is the residual of the norm .* it needs norm="),
+        (dict(silu_mul=1), xe2rt.InputTypeError, r"silu_mul must be True or False, got 1"),
+        (dict(norm=(w, EPS), residual=res[:, :128]), xe2rt.InputError, r"residual must have x's shape \(1, 256\)"),
+        (dict(norm=(w, EPS), residual=res, out=y), xe2rt.InputTypeError,
+         r"with residual, out must be a \(y, s\) tuple"),
+        (dict(norm=(w, EPS), residual=res, out=(y, res)), xe2rt.InputError, r"out s overlaps residual"),
+        (dict(norm=(w, EPS), residual=res, out=(y, x)), xe2rt.InputError, r"out overlaps input x"),
+        (dict(norm=(w, EPS), residual=res, out=(y, s[:, :128])), xe2rt.InputError, r"out must have shape \(1, 256\)"),
+        (dict(norm=(to_device(np.ones(k, np.float16), other), EPS)), xe2rt.InputError, r"queue"),
+        (dict(norm=(w, EPS), out=y[:, :32]), xe2rt.InputError, r"out must have shape \(1, 64\)"),
+        (dict(silu_mul=True, out=y), xe2rt.InputError, r"out must have shape \(1, 32\)"),
+    ]
+    before = dpnp.asnumpy(res).copy()
+    for kwargs, err, match in cases:
+        with pytest.raises(err, match=match):
+            xe2rt.gemv_w4a16(x, qw, dequant="auto", **kwargs)
+        assert (dpnp.asnumpy(y) == 7).all() and (dpnp.asnumpy(s) == 7).all(), kwargs
+        assert np.array_equal(dpnp.asnumpy(res), before)
+    with pytest.raises(xe2rt.InputError, match=r"silu_mul=True needs qw's rows as \[gate; up\], N = 2 I, got N = 63"):
+        xe2rt.gemv_w4a16(x, random_qw(rng, 63, k, 32, True, queue), silu_mul=True)
+    with pytest.raises(xe2rt.InputError, match=r"x has K = 256 but qw is \[N, K\] = \(64, 128\)"):
+        xe2rt.gemv_w4a16(x, random_qw(rng, 64, 128, 32, True, queue), norm=(w, EPS))
+    got, s_got = xe2rt.gemv_w4a16(x, qw, norm=(w, EPS), residual=res, out=(y, s), dequant="auto")  # still usable
+    assert np.isfinite(dpnp.asnumpy(got)).all() and not (dpnp.asnumpy(s_got) == 7).all()
