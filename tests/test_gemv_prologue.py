@@ -9,15 +9,10 @@ import pytest
 import dpnp
 import xe2rt
 from xe2rt.ops import gemv_w4a16 as op
-from xe2rt.reference import decoder as ref_d
-from xe2rt.reference import quant as ref_q
+from xe2rt.checks import gemv_w4a16 as checks_w4
 
 from conftest import skip_unless_vnni, to_device
 from test_gemv_w4a16 import random_qw
-
-
-def _f16(a):
-    return np.asarray(a, dtype=np.float64).astype(np.float16).astype(np.float64)
 
 
 FORMS = ["norm", "norm+res", "silu", "norm+res+silu"]
@@ -82,39 +77,11 @@ def test_one_kernel_matches_the_ops_bit_for_bit(queue, rng, form, n, k, group_si
 @pytest.mark.parametrize("n,k,group_size,symmetric,dequant", [
     (3072, 2048, 32, True, "auto"), (4096, 1024, 128, False, "auto"), (18, 128, 32, False, "auto"),
     (300, 2560, 64, True, None), (40, 96, 32, True, "auto"), (6, 256, 32, True, "auto")])
-def test_against_float64_reference(queue, rng, form, n, k, group_size, symmetric, dequant):
-    """Against float64: x16 = fp16(rms_norm(x [+ residual])) (or x), h = dequant(W) @ x16, y = h or
-    silu(h[:I]) * h[I:] (every host: one kernel or the ops in turn). Bounds, derived: h within the GEMV's own bound
-    at x16 plus 2 sum_k |W| ulp16(x16) (the kernel's x16 may differ from the float64 one in the last place);
-    with silu_mul, g and u each within that plus their fp16 rounding (e), y within 1.1 (|u| + e_u) e_g +
-    |silu(g)| e_u (|silu'| <= 1.1), plus 1e-5 |y| for the fp32 exp and y's own fp16 rounding; s = fp16(x + residual)
-    exactly."""
-    qw = random_qw(rng, n, k, group_size, symmetric, queue)
-    x, res, w = _inputs(rng, k)
-    got, s = _split(xe2rt.gemv_w4a16(to_device(x[0], queue), qw, dequant=dequant,
-                                     **_kwargs(queue, form, res[0], w)), form)
-    if s is not None:
-        assert np.array_equal(dpnp.asnumpy(s).astype(np.float64), _f16(x[0].astype(np.float64) + res[0]))
-    pre = ref_d.rms_norm_ref(x, w, EPS, res if "res" in form else None)[0][0] if "norm" in form else x[0]
-    x16 = _f16(pre).astype(np.float16)
-    h = ref_q.gemv_w4(x16, qw)
-    w_abs = np.abs(qw.to_host().dequantize(np.float64))
-    e_h = ref_q.w4_kernel_bound(x16, qw, op.program_variant(queue, None, dequant).constants) + \
-        2 * w_abs @ ref_d.ulp16(x16)
-    y = dpnp.asnumpy(got).astype(np.float64)
-    if "silu" in form:
-        i = n // 2
-        g, u = h[:i], h[i:]
-        e_g = e_h[:i] + ref_d.ulp16(np.abs(g) + e_h[:i])
-        e_u = e_h[i:] + ref_d.ulp16(np.abs(u) + e_h[i:])
-        ref = ref_d.silu_mul_ref(h[None, :])[0]
-        bound = 1.1 * (np.abs(u) + e_u) * e_g + np.abs(g / (1 + np.exp(-g))) * e_u
-        bound += 1e-5 * np.abs(ref) + ref_d.ulp16(np.abs(ref) + bound)
-    else:
-        ref, bound = h, e_h
-    assert y.shape == ref.shape
-    bad = np.nonzero(np.abs(y - ref) > bound)[0]
-    assert bad.size == 0, f"rows {bad[:5]}: |y - ref| {np.abs(y - ref)[bad[:5]]} > bound {bound[bad[:5]]}"
+def test_against_float64_reference(queue, form, n, k, group_size, symmetric, dequant):
+    """Against float64 (xe2rt.checks.gemv_w4a16.run_fused_case, which the selftest runs too; its FUSED_RULE derives
+    the bound): every host, one kernel or the ops in turn."""
+    result = checks_w4.run_fused_case(queue, None, form, n, k, group_size, symmetric, dequant)
+    assert result.passed, result.describe()
 
 
 @pytest.mark.parametrize("case", ["k96", "m3", "default_dequant", "odd_i"])

@@ -1,5 +1,6 @@
 """gemv_w4a16 cases: every target's binary, both dequant variants (and on CPUs with AVX512-VNNI the VNNI kernels),
-symmetric and zero-point weights, against the float64 reference of dequantize() (xe2rt.reference.quant).
+symmetric and zero-point weights, against the float64 reference of dequantize() (xe2rt.reference.quant); the fused
+VNNI kernels (norm= / residual= / silu_mul=) against the float64 rms_norm / silu_mul references too (FUSED_RULE).
 
 Bound per row (reference.quant.w4_kernel_bound): fp32 accumulation over the kernel's K slices, including the
 bias-corrected variant's magic offset (1024 code units for the fp16 magic, 256 for the CPU wide step), then one fp16
@@ -49,6 +50,61 @@ def run_case(queue, target, n, k, group_size, symmetric, dequant):
     return elementwise(y, ref_q.gemv_w4(x, qw), bound, rel_bar=1e-2, rule=RULE)
 
 
+FUSED_RULE = ("h = dequant(W) x16, x16 = fp16(rms_norm(x [+ residual])) or x: the GEMV's row bound at x16 + "
+              "2 sum |w| ulp16(x16); silu_mul: g, u each within that + their fp16 rounding e, y within 1.1 (|u| + e_u) "
+              "e_g + |silu(g)| e_u + 1e-5 |y| + ulp16(y); s = fp16(x + residual) exactly")
+# the fused VNNI kernels (gemv_w4a16's norm= / residual= / silu_mul=): form, N, K, group, symmetric
+FUSED = [(form, n, k, g, s) for form in ("norm", "norm+res", "silu", "norm+res+silu")
+         for n, k, g, s in [(3072, 2048, 32, True), (1000, 1024, 128, False), (20, 128, 64, True)]]
+
+
+def run_fused_case(queue, target, form, n, k, group_size, symmetric, dequant, eps=1e-5):
+    """gemv_w4a16 with norm= (form contains "norm"), residual= ("res") and silu_mul= ("silu") against float64: the
+    Result of s (exact) if that fails, else of y (FUSED_RULE)."""
+    from . import exact
+    from ..ops import gemv_w4a16 as op
+    from ..reference import decoder as ref_d, quant as ref_q
+    g = rng("gemv_w4a16 fused", form, n, k, group_size, symmetric)
+    qw = random_qw(g, n, k, group_size, symmetric).to_device(queue)
+    x = g.standard_normal(k).astype(np.float16)
+    res = g.standard_normal(k).astype(np.float16)
+    w = (1.0 + 0.2 * g.standard_normal(k)).astype(np.float16)
+    kwargs = {"silu_mul": "silu" in form}
+    if "norm" in form:
+        kwargs["norm"] = (dev(w, queue), eps)
+    if "res" in form:
+        kwargs["residual"] = dev(res, queue)
+    got, _ = op.run_fused(dev(x, queue), qw, target=target, dequant=dequant, **kwargs)
+    if "res" in form:
+        got, s = got
+        s_ref = (x.astype(np.float64) + res).astype(np.float16)
+        check = exact(host(s), s_ref, what="s = fp16(x + residual)")
+        if not check.passed:
+            return check
+    pre = ref_d.rms_norm_ref(x[None], w, eps, res[None] if "res" in form else None)[0][0] if "norm" in form else x
+    x16 = pre.astype(np.float16)
+    h = ref_q.gemv_w4(x16, qw)
+    e_h = ref_q.w4_kernel_bound(x16, qw, op.program_variant(queue, target, dequant).constants) + \
+        2 * np.abs(qw.to_host().dequantize(np.float64)) @ ref_d.ulp16(x16)
+    if "silu" in form:
+        i = n // 2
+        gate, up = h[:i], h[i:]
+        e_g = e_h[:i] + ref_d.ulp16(np.abs(gate) + e_h[:i])
+        e_u = e_h[i:] + ref_d.ulp16(np.abs(up) + e_h[i:])
+        ref = ref_d.silu_mul_ref(h[None, :])[0]
+        bound = 1.1 * (np.abs(up) + e_u) * e_g + np.abs(gate / (1 + np.exp(-gate))) * e_u
+        bound = bound + 1e-5 * np.abs(ref) + ref_d.ulp16(np.abs(ref) + bound)
+    else:
+        ref, bound = h, e_h
+    return elementwise(host(got).astype(np.float64).reshape(-1), ref, bound, rule=FUSED_RULE)
+
+
+def _fused(form, n, k, gs, sym):
+    name = f"{form} N={n} K={k} g{gs} {'sym' if sym else 'zp'} vnni (one launch)"
+    return Check("gemv_w4a16", name, lambda q, t: run_fused_case(q, t, form, n, k, gs, sym, "vnni"), ("cpu",),
+                 cpu_vnni=True)
+
+
 def _case(n, k, gs, sym, deq, targets):
     name = f"N={n} K={k} g{gs} {'sym' if sym else 'zp'} {deq or 'default'}"
     if deq == "vnni":  # the cpu target's VNNI kernels: CPU devices with AVX512-VNNI only
@@ -59,4 +115,4 @@ def _case(n, k, gs, sym, deq, targets):
 def checks(quick: bool = False) -> list[Check]:
     if quick:
         return [_case(*c, ALL) for c in QUICK]
-    return [_case(*c, ALL) for c in SHAPES + TAILS] + [_case(*c, ("cpu",)) for c in LLM]
+    return [_case(*c, ALL) for c in SHAPES + TAILS] + [_case(*c, ("cpu",)) for c in LLM] + [_fused(*c) for c in FUSED]
