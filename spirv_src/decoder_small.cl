@@ -196,6 +196,9 @@ ROPE_XE2(128, 8, ushort8, intel_sub_group_block_read_us8, intel_sub_group_block_
 
 #else /* CPU shape */
 
+#define INLINE static inline
+#include "decoder_cpu.h"
+
 /* ---- rms_norm: a work-item per row ---- */
 __kernel void rms_norm_f16(__global const half* x, __global const half* res, __global const half* w, __global half* y,
                            __global half* s, long rows, int n, float eps, int has_res)
@@ -208,26 +211,9 @@ __kernel void rms_norm_f16(__global const half* x, __global const half* res, __g
     __global const half* rr = res + off;
     __global half* sr = s + off;
     __global half* yr = y + off;
-    /* 32 elements per step in two independent sums (the sum of squares is a chain of adds otherwise) */
+    /* 32 elements per step in two independent sums (decoder_cpu.h), then the tail */
     const int steps = n / 32;
-    float16 acc0 = 0.0f, acc1 = 0.0f;
-    for (int o = 0; o < steps; ++o) {
-        float16 v0 = vload_half16(2 * o, xr), v1 = vload_half16(2 * o + 1, xr);
-        if (has_res) {
-            const half16 h0 = convert_half16_rte(v0 + vload_half16(2 * o, rr));
-            const half16 h1 = convert_half16_rte(v1 + vload_half16(2 * o + 1, rr));
-            vstore16(as_ushort16(h0), 2 * o, (__global ushort*)sr);
-            vstore16(as_ushort16(h1), 2 * o + 1, (__global ushort*)sr);
-            v0 = convert_float16(h0);
-            v1 = convert_float16(h1);
-        }
-        acc0 = fma(v0, v0, acc0);
-        acc1 = fma(v1, v1, acc1);
-    }
-    const float16 a16 = acc0 + acc1;
-    const float8 a8 = a16.lo + a16.hi;
-    const float4 a4 = a8.lo + a8.hi;
-    float acc = (a4.s0 + a4.s1) + (a4.s2 + a4.s3);
+    float acc = rms_sumsq32(xr, rr, sr, steps, has_res, has_res);
     for (int i = steps * 32; i < n; ++i) {
         float v = (float)xr[i];
         if (has_res) {
@@ -340,9 +326,7 @@ __kernel void silu_mul_f16(__global const half* gate_up, __global half* y, int T
 
 #else /* CPU shape */
 
-/* ---- silu_mul (CPU): a work-item per 64 outputs, exp written out ----
- * (exp written out: silu_cpu.h) */
-#include "silu_cpu.h"
+/* ---- silu_mul (CPU): a work-item per 64 outputs, exp written out (decoder_cpu.h) ---- */
 
 __kernel void silu_mul_f16(__global const half* gate_up, __global half* y, int T, int inter)
 {

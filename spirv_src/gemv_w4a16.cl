@@ -329,32 +329,7 @@ INLINE void codes32(uchar16 bytes, float16* lo, float16* hi)
 #include "w4_cpu.h"
 
 #if WIDE_STEP == 2
-#include "silu_cpu.h"
-
-/* PRO_NORM: r = rsqrt(mean(s^2) + eps) of s = fp16(x + res) (has_res) or x, summed in the order of decoder_small.cl's
- * CPU rms_norm_f16 so that the fused kernels see its halves bit for bit; with write_s (one work-group) s is stored
- * too. K is a multiple of 128 (checked on the host). */
-INLINE float w4_norm_rsqrt(__global const half* x, __global const half* res, __global half* s_out, int K, float eps,
-                           int has_res, bool write_s)
-{
-    float16 acc0 = 0.0f, acc1 = 0.0f;
-    for (int o = 0; o < K / 32; ++o) {
-        float16 v0 = vload_half16(2 * o, x), v1 = vload_half16(2 * o + 1, x);
-        if (has_res) {
-            const half16 h0 = convert_half16_rte(v0 + vload_half16(2 * o, res));
-            const half16 h1 = convert_half16_rte(v1 + vload_half16(2 * o + 1, res));
-            if (write_s) {
-                vstore16(as_ushort16(h0), 2 * o, (__global ushort*)s_out);
-                vstore16(as_ushort16(h1), 2 * o + 1, (__global ushort*)s_out);
-            }
-            v0 = convert_float16(h0);
-            v1 = convert_float16(h1);
-        }
-        acc0 = fma(v0, v0, acc0);
-        acc1 = fma(v1, v1, acc1);
-    }
-    return rsqrt(hsum16(acc0 + acc1) / (float)K + eps);
-}
+#include "decoder_cpu.h"
 
 /* PRO_NORM: the 128 GEMV inputs of the step at k0 in k order (a[j] lane i: k = k0 + 16 j + i) as rms_norm_f16
  * stores them: fp16(nw * fp16(s r)), s = fp16(x + res) or x. */
@@ -386,7 +361,9 @@ INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
     if (PRO == PRO_NORM) {
         __local float* rs = (__local float*)(xq + (K / 128) * XQ_STRIDE);
         if (lid == 0)
-            rs[0] = w4_norm_rsqrt(x, res, s_out, K, eps, has_res, get_group_id(0) == 0);
+            /* rsqrt(mean(s^2) + eps), the sum in rms_norm_f16's order (decoder_cpu.h): its halves bit for bit;
+             * K is a multiple of 128 (checked on the host); work-group 0 also stores s */
+            rs[0] = rsqrt(rms_sumsq32(x, res, s_out, K / 32, has_res, get_group_id(0) == 0) / (float)K + eps);
         barrier(CLK_LOCAL_MEM_FENCE);
         r = rs[0];
     }
@@ -638,20 +615,12 @@ INLINE void w4_cpu_batch(BATCH_PARAMS, const int G, const int ZP, const int MB)
 #endif
 
 
-W4_KERNEL(gemv_w4a16_g32_sym, 32, 0)
-W4_KERNEL(gemv_w4a16_g64_sym, 64, 0)
-W4_KERNEL(gemv_w4a16_g128_sym, 128, 0)
-W4_KERNEL(gemv_w4a16_g32_zp, 32, 1)
-W4_KERNEL(gemv_w4a16_g64_zp, 64, 1)
-W4_KERNEL(gemv_w4a16_g128_zp, 128, 1)
-
+/* every (group size, symmetric / zero-point) pair: M(name, G, ZP) */
+#define W4_FOR_ALL(M) M(gemv_w4a16_g32_sym, 32, 0) M(gemv_w4a16_g64_sym, 64, 0) M(gemv_w4a16_g128_sym, 128, 0) \
+                      M(gemv_w4a16_g32_zp, 32, 1) M(gemv_w4a16_g64_zp, 64, 1) M(gemv_w4a16_g128_zp, 128, 1)
+W4_FOR_ALL(W4_KERNEL)
 #if WIDE_STEP == 2 && RPT == 4
-W4_FUSED_KERNELS(gemv_w4a16_g32_sym, 32, 0)
-W4_FUSED_KERNELS(gemv_w4a16_g64_sym, 64, 0)
-W4_FUSED_KERNELS(gemv_w4a16_g128_sym, 128, 0)
-W4_FUSED_KERNELS(gemv_w4a16_g32_zp, 32, 1)
-W4_FUSED_KERNELS(gemv_w4a16_g64_zp, 64, 1)
-W4_FUSED_KERNELS(gemv_w4a16_g128_zp, 128, 1)
+W4_FOR_ALL(W4_FUSED_KERNELS)
 #endif
 #if WIDE_STEP != 2 /* the VNNI variant serves M = 1 only: batched calls load the default family */
 W4_BATCH_KERNEL(gemv_w4a16_g32_sym, 32, 0, 2)
