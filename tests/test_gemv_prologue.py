@@ -58,7 +58,7 @@ def _split(result, form):
                                                       (20, 128, 64, True), (16384, 2048, 32, True)])
 def test_one_kernel_matches_the_ops_bit_for_bit(queue, rng, form, n, k, group_size, symmetric):
     """On a VNNI host the call is one launch, and y (and s) are the separate ops' halves exactly: the norm's sum of
-    squares is taken in rms_norm_f16's order, the SiLU is silu_cpu.h's, each rounded to fp16 where the ops store."""
+    squares is taken in rms_norm_f16's order, both from decoder_cpu.h, each rounded to fp16 where the ops store."""
     skip_unless_vnni(queue)
     qw = random_qw(rng, n, k, group_size, symmetric, queue)
     assert op.fuses(queue, qw, norm="norm" in form, silu_mul="silu" in form, dequant="vnni")
