@@ -18,7 +18,9 @@ chunks of 16 rows of the batched gemv_w8a16. Then y = rms_norm(delta, norm, resi
 The KV cache is one pair of float16 [Hkv, max_tokens, D] arrays per layer on the device. Sampling runs on the device
 (greedy: argmax; otherwise temperature, top-k, top-p over a device sort, with the uniform draw from a seeded numpy
 Generator); the host reads back only the chosen token id. A decode step replays xe2rt.bind plans on fixed buffers
-(see _decode_plans), decode_attention's included: it reads the length from the device.
+(see _decode_plans), decode_attention's included: it reads the length from the device. For W4 layers on the
+integer-dot GEMV kernels the step folds ln1 into the qkv GEMV and ln2 + silu_mul into the gate/up GEMV
+(gemv_w4a16's norm= / silu_mul=, one launch each, the same fp16 values as the separate ops).
 """
 from __future__ import annotations
 
