@@ -142,8 +142,8 @@ def test_bad_input_writes_nothing(queue, rng):
         (dict(norm=(w, EPS), residual=res, out=y), xe2rt.InputTypeError,
          r"with residual, out must be a \(y, s\) tuple"),
         (dict(norm=(w, EPS), residual=res, out=(y, res)), xe2rt.InputError, r"out s overlaps residual"),
-        (dict(norm=(w, EPS), residual=res, out=(y, x)), xe2rt.InputError, r"out overlaps input x"),
-        (dict(norm=(w, EPS), residual=res, out=(y, s[:, :128])), xe2rt.InputError, r"out must have shape \(1, 256\)"),
+        (dict(norm=(w, EPS), residual=res, out=(y, x)), xe2rt.InputError, r"out s overlaps input x"),
+        (dict(norm=(w, EPS), residual=res, out=(y, s[:, :128])), xe2rt.InputError, r"out s must have shape \(1, 256\)"),
         (dict(norm=(to_device(np.ones(k, np.float16), other), EPS)), xe2rt.InputError, r"queue"),
         (dict(norm=(w, EPS), out=y[:, :32]), xe2rt.InputError, r"out must have shape \(1, 64\)"),
         (dict(silu_mul=True, out=y), xe2rt.InputError, r"out must have shape \(1, 32\)"),
@@ -160,3 +160,58 @@ def test_bad_input_writes_nothing(queue, rng):
         xe2rt.gemv_w4a16(x, random_qw(rng, 64, 128, 32, True, queue), norm=(w, EPS))
     got, s_got = xe2rt.gemv_w4a16(x, qw, norm=(w, EPS), residual=res, out=(y, s), dequant="auto")  # still usable
     assert np.isfinite(dpnp.asnumpy(got)).all() and not (dpnp.asnumpy(s_got) == 7).all()
+
+
+def test_review_cases(queue, rng):
+    """Found by review: silu_mul=np.False_ is the plain call; usm_ndarray inputs and outputs on the ops-in-turn path;
+    N = 0 with silu_mul gives an empty y and still s; the ops-in-turn path returns the caller's s; messages name s."""
+    import dpnp.tensor as dpt
+    k = 256
+    qw = random_qw(rng, 40, k, 32, True, queue)
+    x, res, w = _inputs(rng, k, rows=2)
+    xd, rd, wd = (to_device(a, queue) for a in (x, res, w))
+    plain = dpnp.asnumpy(xe2rt.gemv_w4a16(xd[:1], qw, dequant="auto"))
+    assert np.array_equal(dpnp.asnumpy(xe2rt.gemv_w4a16(xd[:1], qw, silu_mul=np.False_, dequant="auto")), plain)
+    # usm_ndarray everywhere, M = 2 (the ops in turn) and M = 1 (one kernel)
+    for rows in (2, 1):
+        xu, ru, wu = xd[:rows].get_array(), rd[:rows].get_array(), wd.get_array()
+        yu = dpt.empty((rows, 20), dtype=np.float16, sycl_queue=queue)
+        su = dpt.empty((rows, k), dtype=np.float16, sycl_queue=queue)
+        got = xe2rt.gemv_w4a16(xu, qw, norm=(wu, EPS), residual=ru, silu_mul=True, out=(yu, su), dequant="auto")
+        assert got[0] is yu and got[1] is su
+        want, s_want = _ops(queue, x[:rows], qw, "norm+res+silu", res[:rows], w, dequant="auto")
+        assert np.array_equal(dpt.asnumpy(yu), dpnp.asnumpy(want))
+        assert np.array_equal(dpt.asnumpy(su), dpnp.asnumpy(s_want))
+    # N = 0 with silu_mul: empty y, s = x + residual
+    qw0 = xe2rt.quantize_w4(np.zeros((0, k), np.float16), group_size=32).to_device(queue)
+    y0, s0 = xe2rt.gemv_w4a16(xd[:1], qw0, norm=(wd, EPS), residual=rd[:1], silu_mul=True, dequant="auto")
+    assert y0.shape == (1, 0)
+    assert np.array_equal(dpnp.asnumpy(s0), (x[:1].astype(np.float32) + res[:1]).astype(np.float16))
+    s = dpnp.empty((2, k), dtype=np.float16, sycl_queue=queue)
+    got = xe2rt.gemv_w4a16(xd, qw, norm=(wd, EPS), residual=rd, out=(dpnp.empty((2, 40), dtype=np.float16,
+                                                                              sycl_queue=queue), s))
+    assert got[1] is s
+    y1 = dpnp.empty((1, 40), dtype=np.float16, sycl_queue=queue)
+    for kwargs, err, match in [
+            (dict(residual=rd[:1], out=(y1, dpnp.empty((1, k), dtype=np.float32, sycl_queue=queue))),
+             xe2rt.InputTypeError, r"out s must be float16, got float32"),
+            (dict(residual=rd[:1], out=(y1, qw.scales)), xe2rt.InputError, r"out s"),
+            (dict(out=(y1, dpnp.empty((1, k), dtype=np.float16, sycl_queue=queue))), xe2rt.InputTypeError,
+             r"out is a \(y, s\) pair only with residual="),
+            (dict(norm=(wd,)), xe2rt.InputTypeError, r"norm must be a \(weight, eps\) pair .*got a tuple of 1")]:
+        kwargs.setdefault("norm", (wd, EPS))
+        with pytest.raises(err, match=match):
+            xe2rt.gemv_w4a16(xd[:1], qw, **kwargs)
+
+
+def test_workspaces_kept_per_thread_are_bounded():
+    """ops.common.workspace keeps the MAX_WORKSPACES most recently used (owner, queue) arrays per thread: a loop over
+    fresh queues (prefill_attention's K/V scratch, gemm_w4a16's x) does not pile them up."""
+    from xe2rt.ops import common
+    for _ in range(common.MAX_WORKSPACES + 5):
+        common.workspace("test", dpctl.SyclQueue("opencl:cpu"), 1024, np.float32)
+    assert len(common._per_thread.workspaces) <= common.MAX_WORKSPACES
+    q = dpctl.SyclQueue("opencl:cpu")
+    a = common.workspace("test", q, 100, np.float32)
+    assert common.workspace("test", q, 50, np.float32) is a  # reused, the largest size kept
+    assert common.workspace("test", q, 200, np.float32).size >= 200

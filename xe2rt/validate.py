@@ -126,17 +126,20 @@ def require_fp16(op: str, queue: dpctl.SyclQueue) -> None:
                           f"which this kernel needs")
 
 
-def out_array(op: str, out, *, shape: tuple, dtype, queue: dpctl.SyclQueue, inputs: dict) -> None:
-    device_array(op, "out", out, dtypes=[dtype], ndims=[len(shape)])
+def out_array(op: str, out, *, shape: tuple, dtype, queue: dpctl.SyclQueue, inputs: dict, name: str = "out") -> None:
+    """`out` (called `name` in the messages) is a device array of this shape, dtype and queue, sharing no byte with
+    the inputs."""
+    device_array(op, name, out, dtypes=[dtype], ndims=[len(shape)])
     if tuple(out.shape) != tuple(shape):
-        raise InputError(f"{op}: out must have shape {tuple(shape)}, got {tuple(out.shape)}")
+        raise InputError(f"{op}: {name} must have shape {tuple(shape)}, got {tuple(out.shape)}")
     if out.sycl_queue != queue:
-        raise InputError(f"{op}: out is on another queue than the inputs (out on {describe_queue(out.sycl_queue)}, the "
-                         f"inputs on {describe_queue(queue)}); "
-                         f"all arrays of one call must share a queue: allocate out with sycl_queue=x.sycl_queue")
-    for name, a in inputs.items():
+        raise InputError(f"{op}: {name} is on another queue than the inputs ({name} on {describe_queue(out.sycl_queue)}, "
+                         f"the inputs on {describe_queue(queue)}); "
+                         f"all arrays of one call must share a queue: allocate {name} with sycl_queue=x.sycl_queue")
+    for input_name, a in inputs.items():
         if a is not None and a.size and out.size and overlaps(out, a):
-            raise InputError(f"{op}: out overlaps input {name}; the kernel reads {name} while writing out")
+            raise InputError(f"{op}: {name} overlaps input {input_name}; the kernel reads {input_name} while writing "
+                             f"{name}")
 
 
 def usm_byte_range(u) -> tuple[int, int]:

@@ -129,21 +129,28 @@ def vnni_available(op: str, option: str, requested: bool, target: str, queue: dp
 
 
 _per_thread = threading.local()
+MAX_WORKSPACES = 8  # (owner, queue) scratch arrays a thread keeps; the least recently used beyond that are dropped
 
 
 def workspace(owner: str, queue: dpctl.SyclQueue, n: int, dtype):
     """Device scratch of at least n elements of dtype for `owner`'s launches on `queue`: the thread's cached array
-    (grown as needed; calls of one thread on one queue are ordered, so they may share it, and other threads have
-    their own), or a fresh one while recording, so that a plan (xe2rt.bind) keeps its own and plans and direct calls
-    never share one."""
+    (grown as needed, so it keeps the largest size asked for; calls of one thread on one queue are ordered, so they
+    may share it, and other threads have their own), or a fresh one while recording, so that a plan (xe2rt.bind)
+    keeps its own and plans and direct calls never share one. A thread keeps the MAX_WORKSPACES most recently used
+    (owner, queue) arrays: a loop over fresh queues does not pile them up (a dropped array stays alive until the
+    kernels queued on it have run, like any launch argument)."""
     if launch.is_recording():
         return dpnp.empty(n, dtype=dtype, sycl_queue=queue)
     cache = getattr(_per_thread, "workspaces", None)
     if cache is None:
         cache = _per_thread.workspaces = {}
-    ws = cache.get((owner, queue))
+    key = (owner, queue)
+    ws = cache.pop(key, None)
     if ws is None or ws.size < n:
-        ws = cache[(owner, queue)] = dpnp.empty(n, dtype=dtype, sycl_queue=queue)
+        ws = dpnp.empty(n, dtype=dtype, sycl_queue=queue)
+    cache[key] = ws  # the most recently used last
+    while len(cache) > MAX_WORKSPACES:
+        del cache[next(iter(cache))]
     return ws
 
 

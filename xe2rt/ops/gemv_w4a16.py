@@ -28,6 +28,7 @@ slower there (3256 against 3233 us).
 """
 from __future__ import annotations
 
+import dpnp
 import numpy as np
 
 from .. import launch, validate
@@ -87,15 +88,13 @@ def _check_fused(x, qw, norm, residual, silu_mul, out) -> tuple:
     """The checks of a call with norm= / silu_mul=, all before anything is launched: returns (queue, norm weight, eps,
     y_out, s_out, y shape, M)."""
     from .decoder_small import _eps, _no_overlap
-    if not isinstance(silu_mul, (bool, np.bool_)):
-        raise InputTypeError(f"{OP}: silu_mul must be True or False, got {silu_mul!r}")
     if residual is not None and norm is None:
         raise InputError(f"{OP}: residual= is the residual of the norm (s = x + residual); it needs norm=(weight, eps)")
     weight = eps = None
     if norm is not None:
         if not isinstance(norm, (tuple, list)) or len(norm) != 2:
-            raise InputTypeError(f"{OP}: norm must be a (weight, eps) pair (the rms_norm applied to x first), got "
-                                 f"{type(norm).__name__}")
+            got = f"a {type(norm).__name__} of {len(norm)}" if isinstance(norm, (tuple, list)) else type(norm).__name__
+            raise InputTypeError(f"{OP}: norm must be a (weight, eps) pair (the rms_norm applied to x first), got {got}")
         weight, eps = norm[0], _eps(OP, norm[1], "norm's eps")
         validate.device_array(OP, "norm weight", weight, dtypes=_F16, ndims=[1])
     validate.device_array(OP, "x", x, dtypes=_F16, ndims=[1, 2])
@@ -119,6 +118,9 @@ def _check_fused(x, qw, norm, residual, silu_mul, out) -> tuple:
                                  f"{type(out).__name__}")
         y_out, s_out = out
     elif out is not None:
+        if isinstance(out, (tuple, list)):
+            raise InputTypeError(f"{OP}: out is a (y, s) pair only with residual= (s = x + residual); without it out "
+                                 f"is y alone")
         y_out = out
     queue = validate.same_queue(OP, x=x, qw=qw, **{"norm weight": weight}, residual=residual, out=y_out, s=s_out)
     m = x.shape[0] if x.ndim == 2 else 1
@@ -128,11 +130,16 @@ def _check_fused(x, qw, norm, residual, silu_mul, out) -> tuple:
     if y_out is not None:
         validate.out_array(OP, y_out, shape=y_shape, dtype=np.float16, queue=queue, inputs=inputs)
     if s_out is not None:
-        validate.out_array(OP, s_out, shape=x.shape, dtype=np.float16, queue=queue, inputs=inputs)
+        validate.out_array(OP, s_out, shape=x.shape, dtype=np.float16, queue=queue, inputs=inputs, name="out s")
     written = {"out y": y_out, "out s": s_out}
     _no_overlap(OP, {a: b for a, b in written.items() if b is not None},
                 {"x": x, "residual": residual, "norm weight": weight})
     return queue, weight, eps, y_out, s_out, y_shape, m
+
+
+def _view(a, shape: tuple):
+    """A view of device array `a` (dpnp or usm_ndarray) with this shape: what the ops in turn pass each other."""
+    return dpnp.asarray(a).reshape(shape)
 
 
 def _fuses(program, m: int, n: int, k: int, norm: bool, silu_mul: bool) -> bool:
@@ -152,6 +159,11 @@ def run_fused(x, qw, *, norm=None, residual=None, silu_mul=False, out=None, targ
     and _norm_silu kernels) where fuses() says so, else the ops in turn (rms_norm into a new array, the GEMV,
     silu_mul), with the same fp16 values in between."""
     check_quantized(OP, qw, QuantizedW4, "xe2rt.quantize_w4 / from_gptq / from_awq")
+    if not isinstance(silu_mul, (bool, np.bool_)):
+        raise InputTypeError(f"{OP}: silu_mul must be True or False, got {silu_mul!r}")
+    silu_mul = bool(silu_mul)
+    if norm is None and residual is None and not silu_mul:  # nothing to fold (silu_mul=np.False_)
+        return run(x, qw, out=out, target=target, dequant=dequant)
     queue, weight, eps, y_out, s_out, y_shape, m = _check_fused(x, qw, norm, residual, silu_mul, out)
     n, k = qw.shape
     # the GEMV's own checks (x stands in for the norm's output: same shape, dtype and queue)
@@ -159,26 +171,28 @@ def run_fused(x, qw, *, norm=None, residual=None, silu_mul=False, out=None, targ
     program = program_variant(queue, target, dequant, m)
     if not _fuses(program, m, n, k, norm is not None, silu_mul):
         from . import decoder_small
-        act = x
+        act, event, s_given = x, None, s_out
         if norm is not None:
-            x2 = x.reshape(m, k)
+            x2 = _view(x, (m, k))
             if residual is None:
-                act = decoder_small.rms_norm(x2, weight, eps=eps, target=target)
+                act, event = decoder_small.run_rms_norm(x2, weight, eps=eps, target=target)
             else:
                 pair = None if s_out is None else (launch.new_output(x2.shape, np.float16, queue),
-                                                   s_out.reshape(x2.shape))
-                act, s2 = decoder_small.rms_norm(x2, weight, eps=eps, residual=residual.reshape(x2.shape), out=pair,
-                                                 target=target)
-                s_out = s2.reshape(x.shape)
+                                                   _view(s_out, x2.shape))
+                (act, s2), event = decoder_small.run_rms_norm(x2, weight, eps=eps, residual=_view(residual, x2.shape),
+                                                              out=pair, target=target)
+                s_out = s_given if s_given is not None else s2.reshape(x.shape)
             act = act.reshape(x.shape)
-        if silu_mul:
-            h, _ = run(act, qw, target=target, dequant=dequant)
-            y, event = decoder_small.run_silu_mul(h.reshape(m, n), out=None if y_out is None else
-                                                  y_out.reshape(m, n // 2), target=target)
-            y = y_out if y_out is not None else y.reshape(y_shape)
+        if not silu_mul:
+            y, last = run(act, qw, out=y_out, target=target, dequant=dequant)
+        elif n == 0:  # nothing to multiply: an empty y (numpy's result), as the plain call gives
+            y, last = (y_out if y_out is not None else launch.new_output(y_shape, np.float16, queue)), None
         else:
-            y, event = run(act, qw, out=y_out, target=target, dequant=dequant)
-        return (y if residual is None else (y, s_out)), event
+            h, _ = run(act, qw, target=target, dequant=dequant)
+            y, last = decoder_small.run_silu_mul(h.reshape(m, n), out=None if y_out is None else
+                                                 _view(y_out, (m, n // 2)), target=target)
+            y = y_out if y_out is not None else y.reshape(y_shape)
+        return (y if residual is None else (y, s_out)), (last if last is not None else event)
     y = y_out if y_out is not None else launch.new_output(y_shape, np.float16, queue)
     if residual is not None and s_out is None:
         s_out = launch.new_output(x.shape, np.float16, queue)
