@@ -103,12 +103,10 @@ class RankGroup:
         self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
         node.Free()
         props = ["in_order", "enable_profiling"] if profiling else ["in_order"]
-        error = None
-        try:  # a rank whose device filter fails must not leave the others waiting in a later collective
-            self.device = rank_device(self.local_rank, self.local_size, device)
-            self.queue = dpctl.SyclQueue(self.device, property=props)
-        except Exception as exc:
-            error = exc
+        # a rank whose device filter fails must not leave the others waiting in a later collective
+        self.device, error = _attempt(lambda: rank_device(self.local_rank, self.local_size, device))
+        if error is None:
+            self.queue, error = _attempt(lambda: dpctl.SyclQueue(self.device, property=props))
         self.agree(error, "RankGroup")
         aware = gpu_awareness(MPI)
         level_zero_gpu = self.device.is_gpu and self.device.backend == dpctl.backend_type.level_zero
@@ -185,14 +183,23 @@ def _agree_on_shard(group: RankGroup, what: str, parts: tuple, error) -> None:
                         "; every rank's shard must match in kind, shape and group size")
 
 
+def _attempt(fn):
+    """(fn(), None), or (None, the exception fn raised): a rank's failure is not raised here but passed to a collective
+    (RankGroup.agree, _agree_on_shard), since the other ranks must hear of it or they wait forever."""
+    try:
+        return fn(), None
+    except Exception as exc:
+        return None, exc
+
+
 class _RankBlock:
+    def _shard(self, weight, split):
+        """This rank's part of `weight` by `split` (sharding.split_row_parallel / split_column_parallel); sets n, k."""
+        self.n, self.k = sharding.shape(weight)
+        return split(weight, self.group.size)[self.group.rank]
+
     def _check_x(self, x, k: int, what: str, timings=None) -> None:
-        error = None
-        try:
-            block.check_x(what, x, k, self.group.queue)
-            block.check_timings(what, timings)
-        except Exception as exc:  # any failure: the other ranks must hear of it, or they wait forever
-            error = exc
+        _, error = _attempt(lambda: (block.check_x(what, x, k, self.group.queue), block.check_timings(what, timings)))
         self.group.agree(error, what)
 
 
@@ -202,12 +209,7 @@ class MpiRowParallelLinear(_RankBlock):
 
     def __init__(self, group: RankGroup, weight):
         self.group = group
-        error, shard = None, None
-        try:
-            self.n, self.k = sharding.shape(weight)
-            shard = sharding.split_row_parallel(weight, group.size)[group.rank]
-        except Exception as exc:  # any failure: the other ranks must hear of it, or they wait forever
-            error = exc
+        shard, error = _attempt(lambda: self._shard(weight, sharding.split_row_parallel))
         _agree_on_shard(group, "MpiRowParallelLinear", (shard,) if shard is not None else (), error)
         self.weight = sharding.place(shard, group.queue)
 
@@ -223,12 +225,7 @@ class MpiColumnParallelLinear(_RankBlock):
 
     def __init__(self, group: RankGroup, weight):
         self.group = group
-        error, shard = None, None
-        try:
-            self.n, self.k = sharding.shape(weight)
-            shard = sharding.split_column_parallel(weight, group.size)[group.rank]
-        except Exception as exc:  # any failure: the other ranks must hear of it, or they wait forever
-            error = exc
+        shard, error = _attempt(lambda: self._shard(weight, sharding.split_column_parallel))
         _agree_on_shard(group, "MpiColumnParallelLinear", (shard,) if shard is not None else (), error)
         self.weight = sharding.place(shard, group.queue)
 
@@ -243,23 +240,15 @@ class MpiMLP(_RankBlock):
     def __init__(self, group: RankGroup, gate, up, down):
         """From the full weights (every rank keeps its own shard)."""
         self.group = group
-        error, parts = None, ()
-        try:
-            parts = block.split_mlp(gate, up, down, group.size)[group.rank]
-        except Exception as exc:  # any failure: the other ranks must hear of it, or they wait forever
-            error = exc
-        self._finish(parts, error)
+        parts, error = _attempt(lambda: block.split_mlp(gate, up, down, group.size)[group.rank])
+        self._finish(parts if parts is not None else (), error)
 
     @classmethod
     def from_shard(cls, group: RankGroup, gate, up, down):
         """From this rank's own (gate_r, up_r, down_r); ranks must agree in kind, shape and group size."""
         self = cls.__new__(cls)
         self.group = group
-        error = None
-        try:
-            block.check_mlp("MpiMLP.from_shard", gate, up, down)
-        except Exception as exc:  # any failure: the other ranks must hear of it, or they wait forever
-            error = exc
+        _, error = _attempt(lambda: block.check_mlp("MpiMLP.from_shard", gate, up, down))
         self._finish((gate, up, down), error)
         return self
 
