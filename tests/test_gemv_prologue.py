@@ -38,14 +38,16 @@ def _kwargs(queue, form, res, w):
 def _ops(queue, x, qw, form, res, w, **kw):
     """The same work as separate xe2rt ops: (y, s or None)."""
     a, s = to_device(x, queue), None
+    target = kw.get("target")
     if "res" in form:
         a, s = xe2rt.rms_norm(a.reshape(-1, x.shape[-1]), to_device(w, queue), eps=EPS,
-                              residual=to_device(res, queue).reshape(-1, x.shape[-1]))
+                              residual=to_device(res, queue).reshape(-1, x.shape[-1]), target=target)
     elif "norm" in form:
-        a = xe2rt.rms_norm(a.reshape(-1, x.shape[-1]), to_device(w, queue), eps=EPS)
+        a = xe2rt.rms_norm(a.reshape(-1, x.shape[-1]), to_device(w, queue), eps=EPS, target=target)
     y = xe2rt.gemv_w4a16(a.reshape(x.shape), qw, **kw)
     if "silu" in form:
-        y = xe2rt.silu_mul(y.reshape(-1, qw.shape[0])).reshape(*x.shape[:-1], qw.shape[0] // 2)
+        y = xe2rt.silu_mul(y.reshape(-1, qw.shape[0]), target=kw.get("target")).reshape(*x.shape[:-1],
+                                                                                         qw.shape[0] // 2)
     return y, s
 
 
@@ -215,3 +217,46 @@ def test_workspaces_kept_per_thread_are_bounded():
     a = common.workspace("test", q, 100, np.float32)
     assert common.workspace("test", q, 50, np.float32) is a  # reused, the largest size kept
     assert common.workspace("test", q, 200, np.float32).size >= 200
+
+
+@pytest.mark.parametrize("target", ["bmg", "lnl"])
+@pytest.mark.parametrize("form", FORMS)
+def test_xe2_one_kernel(queue, rng, target, form):
+    """The Xe2 kernels (run here through the CPU device) fold the same ops into one launch where K is a multiple of
+    their 512-k block read and the arrays are 16-byte aligned. silu_mul alone gives the separate ops' halves bit for
+    bit; the norm is applied as r (W (nw s)) there, within the float64 bound of checks.gemv_w4a16 (test_checks runs
+    those cases on both targets), and within 2e-3 of the separate ops here; s exactly."""
+    k = 1024
+    qw = random_qw(rng, 3000, k, 32, False, queue)
+    assert op.fuses(queue, qw, norm="norm" in form, silu_mul="silu" in form, target=target)
+    x, res, w = _inputs(rng, k)
+    kwargs = _kwargs(queue, form, res, w)
+    got, s_got = _split(xe2rt.gemv_w4a16(to_device(x, queue), qw, target=target, **kwargs), form)
+    want, s_want = _ops(queue, x, qw, form, res, w, target=target)
+    got, want = dpnp.asnumpy(got), dpnp.asnumpy(want)
+    if form == "silu":
+        assert np.array_equal(got, want)
+    else:
+        assert np.abs(got.astype(np.float64) - want).max() <= 2e-3 * np.abs(want).max()
+    if s_want is not None:
+        assert np.array_equal(dpnp.asnumpy(s_got), dpnp.asnumpy(s_want))
+    assert xe2rt.bind(op.gemv_w4a16, to_device(x, queue), qw, target=target, **_kwargs(queue, form, res, w)) \
+        .launches == 1
+
+
+def test_xe2_ops_in_turn_where_the_kernel_cannot_run(queue, rng):
+    """K not a multiple of 512, or an array off a 16-byte boundary: the Xe2 target runs the ops in turn, same values
+    as calling them."""
+    qw = random_qw(rng, 40, 256, 32, True, queue)
+    assert not op.fuses(queue, qw, target="bmg")
+    x, res, w = _inputs(rng, 256)
+    got, s_got = xe2rt.gemv_w4a16(to_device(x, queue), qw, target="bmg", **_kwargs(queue, "norm+res+silu", res, w))
+    want, s_want = _ops(queue, x, qw, "norm+res+silu", res, w, target="bmg")
+    assert np.array_equal(dpnp.asnumpy(got), dpnp.asnumpy(want))
+    qw = random_qw(rng, 40, 512, 32, True, queue)
+    buf = to_device(rng.standard_normal(520).astype(np.float16), queue)
+    x_off = buf[2:514]  # 4 bytes past a 16-byte boundary
+    plan = xe2rt.bind(op.gemv_w4a16, x_off, qw, target="bmg", silu_mul=True)
+    assert plan.launches == 2
+    want = xe2rt.silu_mul(xe2rt.gemv_w4a16(x_off, qw, target="bmg").reshape(1, 40), target="bmg").reshape(20)
+    assert np.array_equal(dpnp.asnumpy(plan()), dpnp.asnumpy(want))

@@ -405,3 +405,21 @@ def test_w4_decode_step_folds_the_norms_and_silu_mul_into_its_gemvs(queue, tmp_p
         assert set(plans) == {"qkv", "rope_kv", "o", "gate_up", "down"}
         assert plans["qkv"].launches == plans["gate_up"].launches == 1
     assert set(apart._dec["layers"][1]) == {"ln1", "qkv", "rope_kv", "o", "ln2", "gate_up", "silu_mul", "down"}
+
+
+def test_w4_decode_step_folds_on_the_xe2_code_path(queue, tmp_path, monkeypatch):
+    """XE2RT_TARGET=bmg on the CPU device, hidden 512 (a multiple of the Xe2 kernels' 512-k block read): the decode
+    step folds ln1 into qkv and ln2 + silu_mul into gate/up through the Xe2 fused kernels, and each step's logits
+    match the float64 forward over the same tokens (the bar's cosine)."""
+    from xe2rt.reference.llm import cosine_rows, forward
+    monkeypatch.setenv("XE2RT_TARGET", "bmg")
+    raw = dict(rnd.shipped_config("tiny-llama"), hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+               num_key_value_heads=2, head_dim=64)
+    folder = rnd.write(raw, tmp_path / "m", fmt="fp16", seed=6)
+    model = llm.load(folder, queue=queue, weights="w4", group_size=32, max_tokens=64, progress=False)
+    ids = np.random.default_rng(6).integers(0, model.cfg.vocab, 9).astype(np.int32)
+    tokens, logits = model.generate(ids, 10, return_logits=True)
+    for plans in model._dec["layers"]:
+        assert set(plans) == {"qkv", "rope_kv", "o", "gate_up", "down"}
+    full = forward(model.cfg, model.reference_weights(), np.concatenate([ids, tokens[:-1]]))
+    assert (1.0 - cosine_rows(logits, full[ids.size - 1:])).max() <= llm_checks.BOUND

@@ -51,11 +51,16 @@ def run_case(queue, target, n, k, group_size, symmetric, dequant):
 
 
 FUSED_RULE = ("h = dequant(W) x16, x16 = fp16(rms_norm(x [+ residual])) or x: the GEMV's row bound at x16 + "
-              "2 sum |w| ulp16(x16); silu_mul: g, u each within that + their fp16 rounding e, y within 1.1 (|u| + e_u) "
-              "e_g + |silu(g)| e_u + 1e-5 |y| + ulp16(y); s = fp16(x + residual) exactly")
-# the fused VNNI kernels (gemv_w4a16's norm= / residual= / silu_mul=): form, N, K, group, symmetric
-FUSED = [(form, n, k, g, s) for form in ("norm", "norm+res", "silu", "norm+res+silu")
+              "2 sum |w| ulp16(x16) (the kernel's x16 in the last place; Xe2, which skips x16's two roundings and "
+              "scales by r at the end: <= 1.5 ulp16, + 2^-20 sum |w| |x16| for r's fp32 rounding); silu_mul: g, u "
+              "each within that + their fp16 rounding e, y within 1.1 (|u| + e_u) e_g + |silu(g)| e_u + 1e-5 |y| + "
+              "ulp16(y); s = fp16(x + residual) exactly")
+# the fused kernels (gemv_w4a16's norm= / residual= / silu_mul=): form, N, K, group, symmetric; VNNI (cpu) and Xe2
+FORMS = ("norm", "norm+res", "silu", "norm+res+silu")
+FUSED = [(form, n, k, g, s) for form in FORMS
          for n, k, g, s in [(3072, 2048, 32, True), (1000, 1024, 128, False), (20, 128, 64, True)]]
+FUSED_XE2 = [(form, n, k, g, s) for form in FORMS
+             for n, k, g, s in [(3072, 2048, 32, True), (1002, 1024, 128, False), (6, 512, 64, True)]]
 
 
 def run_fused_case(queue, target, form, n, k, group_size, symmetric, dequant, eps=1e-5):
@@ -84,8 +89,11 @@ def run_fused_case(queue, target, form, n, k, group_size, symmetric, dequant, ep
     pre = ref_d.rms_norm_ref(x[None], w, eps, res[None] if "res" in form else None)[0][0] if "norm" in form else x
     x16 = pre.astype(np.float16)
     h = ref_q.gemv_w4(x16, qw)
-    e_h = ref_q.w4_kernel_bound(x16, qw, op.program_variant(queue, target, dequant).constants) + \
-        2 * np.abs(qw.to_host().dequantize(np.float64)) @ ref_d.ulp16(x16)
+    program = op.program_variant(queue, target, dequant)
+    w_abs = np.abs(qw.to_host().dequantize(np.float64))
+    e_h = ref_q.w4_kernel_bound(x16, qw, program.constants) + 2 * w_abs @ ref_d.ulp16(x16)
+    if "norm" in form and program.target in ("bmg", "lnl"):
+        e_h = e_h + 2.0**-20 * (w_abs @ np.abs(x16.astype(np.float64)))
     if "silu" in form:
         i = n // 2
         gate, up = h[:i], h[i:]
@@ -105,6 +113,11 @@ def _fused(form, n, k, gs, sym):
                  cpu_vnni=True)
 
 
+def _fused_xe2(form, n, k, gs, sym):
+    name = f"{form} N={n} K={k} g{gs} {'sym' if sym else 'zp'} (one launch)"
+    return Check("gemv_w4a16", name, lambda q, t: run_fused_case(q, t, form, n, k, gs, sym, None), ("bmg", "lnl"))
+
+
 def _case(n, k, gs, sym, deq, targets):
     name = f"N={n} K={k} g{gs} {'sym' if sym else 'zp'} {deq or 'default'}"
     if deq == "vnni":  # the cpu target's VNNI kernels: CPU devices with AVX512-VNNI only
@@ -115,4 +128,5 @@ def _case(n, k, gs, sym, deq, targets):
 def checks(quick: bool = False) -> list[Check]:
     if quick:
         return [_case(*c, ALL) for c in QUICK]
-    return [_case(*c, ALL) for c in SHAPES + TAILS] + [_case(*c, ("cpu",)) for c in LLM] + [_fused(*c) for c in FUSED]
+    return [_case(*c, ALL) for c in SHAPES + TAILS] + [_case(*c, ("cpu",)) for c in LLM] + [_fused(*c) for c in FUSED] + \
+        [_fused_xe2(*c) for c in FUSED_XE2]

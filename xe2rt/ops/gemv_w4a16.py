@@ -34,7 +34,7 @@ import numpy as np
 from .. import launch, validate
 from ..errors import InputError, InputTypeError
 from ..quant import QuantizedW4
-from .common import program_for, target_for, vnni_available
+from .common import is_xe2, program_for, target_for, vnni_available
 from .gemv_common import check_decode_inputs, check_quantized, geometry, launch_args, output
 from .gemv_common import kernel_name as batched_name
 
@@ -142,15 +142,26 @@ def _view(a, shape: tuple):
     return dpnp.asarray(a).reshape(shape)
 
 
-def _fuses(program, m: int, n: int, k: int, norm: bool, silu_mul: bool) -> bool:
-    return program.name == VNNI_FAMILY and m == 1 and n > 0 and (k % 128 == 0 or not norm) and \
-        (n % 4 == 0 or not silu_mul)
+def _aligned(*arrays) -> bool:
+    """Every given array starts at a 16-byte address (the Xe2 fused kernels' block reads and vector loads)."""
+    return all(validate.usm_byte_range(validate.usm_view(a))[0] % 16 == 0 for a in arrays if a is not None)
+
+
+def _fuses(program, m: int, n: int, k: int, norm: bool, silu_mul: bool, aligned: bool = True) -> bool:
+    """One kernel: the VNNI kernels (norm: K a multiple of 128; silu_mul: I even), or the Xe2 kernels (K a multiple
+    of the 512-k block read, 16-byte aligned arrays); M = 1 and N > 0 either way."""
+    if m != 1 or n == 0:
+        return False
+    if program.name == VNNI_FAMILY:
+        return (k % 128 == 0 or not norm) and (n % 4 == 0 or not silu_mul)
+    return is_xe2(program.target) and k % (32 * program.constants["SG"]) == 0 and aligned
 
 
 def fuses(queue, qw: QuantizedW4, *, norm: bool = True, silu_mul: bool = False, dequant: str | None = None,
           m: int = 1, target: str | None = None) -> bool:
-    """Whether gemv_w4a16(..., norm=..., silu_mul=...) on this queue runs as one kernel (else as the ops in turn)."""
-    return _fuses(program_variant(queue, target, dequant, m), m, *qw.shape, norm, silu_mul)
+    """Whether gemv_w4a16(..., norm=..., silu_mul=...) on this queue runs as one kernel (else as the ops in turn),
+    for x, residual, norm weight and out arrays at 16-byte addresses (as fresh dpnp arrays are)."""
+    return _fuses(program_variant(queue, target, dequant, m), m, *qw.shape, norm, silu_mul, _aligned(qw.packed))
 
 
 def run_fused(x, qw, *, norm=None, residual=None, silu_mul=False, out=None, target: str | None = None,
@@ -169,7 +180,7 @@ def run_fused(x, qw, *, norm=None, residual=None, silu_mul=False, out=None, targ
     # the GEMV's own checks (x stands in for the norm's output: same shape, dtype and queue)
     check_decode_inputs(OP, x, n, k, {"packed": qw.packed, "scales": qw.scales, "zeros": qw.zeros}, None, qw=qw)
     program = program_variant(queue, target, dequant, m)
-    if not _fuses(program, m, n, k, norm is not None, silu_mul):
+    if not _fuses(program, m, n, k, norm is not None, silu_mul, _aligned(x, residual, weight, y_out, s_out, qw.packed)):
         from . import decoder_small
         act, event, s_given = x, None, s_out
         if norm is not None:
@@ -200,7 +211,10 @@ def run_fused(x, qw, *, norm=None, residual=None, silu_mul=False, out=None, targ
     zeros = qw.packed if qw.zeros is None else qw.zeros
     name = kernel_name(qw.group_size, qw.symmetric) + ("_norm" if norm is not None else "") + \
         ("_silu" if silu_mul else "")
-    args = launch_args(m, [x, qw.packed, qw.scales, zeros, y], n, k, slm_floats + 1)
+    # the norm's SLM after the kernel's own: one float (VNNI, after x's fixed point) or a sum of squares per row
+    # group and K slice (Xe2, after the partial sums); ROWS x K_SPLIT floats cover both
+    args = launch_args(m, [x, qw.packed, qw.scales, zeros, y], n, k,
+                       slm_floats + program.constants["ROWS"] * program.constants["K_SPLIT"])
     args += [x if residual is None else residual, x if weight is None else weight, y if s_out is None else s_out,
              0.0 if eps is None else eps, int(residual is not None)]
     event = launch.launch(program.kernel(name), args, global_size, local_size, queue)
