@@ -39,6 +39,7 @@
  *      _silu       rows [gate; up] (N = 2 I, I even): with rows dealt out strided (row_step N / 4) a work-item's
  *                  rows r and r + 2 are gate and up of one output, so it stores silu(g) * u of their fp16 values.
  *      _norm_silu  both (a dense MLP's ln2, gate/up projection and SiLU-and-multiply in one launch).
+ *    The Xe2 kernels have the same three forms (w4_xe2_fused, above): the norm as r (W (nw s)) at the end.
  * One kernel per (group size, symmetric / zero-point): gemv_w4a16_g{32,64,128}_{sym,zp}.
  *
  * Batched decode (gemv_w4a16_g{G}_{sym,zp}_m{2,4,8,16}): x [M, K] -> y [M, N] for M <= MB, the weights read and

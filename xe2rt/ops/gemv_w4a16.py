@@ -18,10 +18,12 @@ bound where one element of a step dwarfs the others (an outlier channel). "auto"
 such a host), else the default: what xe2rt.models.llm asks for.
 
 Folded decoder ops (norm=, residual=, silu_mul=): the rms_norm before a projection and the SiLU-and-multiply after a
-[gate; up] projection, as xe2rt.rms_norm / xe2rt.silu_mul compute them. One launch of the VNNI family's _norm, _silu
-or _norm_silu kernel where `fuses` says so (the VNNI kernels at M = 1; norm: K a multiple of 128; silu_mul: I even),
-with the separate ops' fp16 values bit for bit; the ops in turn elsewhere (Xe2 and the exact kernels: there the
-fusion is not written). Geometry as the plain VNNI kernel, plus one SLM float for the norm's scale. A decode step of
+[gate; up] projection, as xe2rt.rms_norm / xe2rt.silu_mul compute them. One launch of a _norm, _silu or _norm_silu
+kernel where `fuses` says so, at M = 1: the VNNI kernels (norm: K a multiple of 128; silu_mul: I even), with the
+separate ops' fp16 values bit for bit; the Xe2 kernels (K a multiple of the 512-k block read, arrays 16-byte aligned),
+silu_mul bit for bit and the norm applied as r (W (w s)) at the end, without the separate ops' two fp16 roundings of
+the normalized x (checks.gemv_w4a16.FUSED_RULE bounds it). Elsewhere (the exact cpu kernels, odd shapes) the ops run
+in turn. Geometry as the plain kernel, plus ROWS x K_SPLIT SLM floats (the norm's scale, or its per-slice sums). A decode step of
 xe2rt.models.llm folds ln1 into qkv and ln2 + silu_mul into gate/up: 3 launches fewer per dense layer. The final norm
 stays its own launch: in the lm_head GEMV each of its 251 work-groups (128256 rows) would normalize x again, measured
 slower there (3256 against 3233 us).
