@@ -202,7 +202,8 @@ class DecoderLM:
 
     def _fuses(self, w, silu_mul: bool = False) -> bool:
         """Whether a decode step folds the rms_norm before linear w (and with silu_mul the SiLU-and-multiply after
-        it) into its GEMV: W4 weights on the integer-dot kernels where gemv_w4a16 runs that as one kernel."""
+        it) into its GEMV: W4 weights (not loaded exact=True) where gemv_w4a16 runs that as one kernel (the VNNI
+        kernels, or Xe2 with K a multiple of 512)."""
         from ..ops import gemv_w4a16
         return isinstance(w, QuantizedW4) and not self.exact and gemv_w4a16.fuses(self.queue, w, silu_mul=silu_mul,
                                                                                   dequant="auto")

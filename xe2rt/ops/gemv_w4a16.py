@@ -168,9 +168,9 @@ def fuses(queue, qw: QuantizedW4, *, norm: bool = True, silu_mul: bool = False, 
 
 def run_fused(x, qw, *, norm=None, residual=None, silu_mul=False, out=None, target: str | None = None,
               dequant: str | None = None):
-    """gemv_w4a16 with norm= and / or silu_mul=; returns (result, event). One kernel (the VNNI family's _norm, _silu
-    and _norm_silu kernels) where fuses() says so, else the ops in turn (rms_norm into a new array, the GEMV,
-    silu_mul), with the same fp16 values in between."""
+    """gemv_w4a16 with norm= and / or silu_mul=; returns (result, event). One kernel (_norm, _silu or _norm_silu of
+    the VNNI family or of the Xe2 binaries) where _fuses says so, else the ops in turn (rms_norm into a new array, the
+    GEMV, silu_mul)."""
     check_quantized(OP, qw, QuantizedW4, "xe2rt.quantize_w4 / from_gptq / from_awq")
     if not isinstance(silu_mul, (bool, np.bool_)):
         raise InputTypeError(f"{OP}: silu_mul must be True or False, got {silu_mul!r}")
@@ -232,13 +232,15 @@ def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequa
     kernels dequantize exactly first either way);
     `target` forces a kernel target (bmg, lnl, cpu) for this call.
 
-    The ops a decoder layer puts around its projections, as xe2rt.rms_norm / xe2rt.silu_mul compute them (the fp16
-    values in between rounded alike):
+    The ops a decoder layer puts around its projections, as xe2rt.rms_norm / xe2rt.silu_mul compute them:
       norm=(weight, eps): the product takes rms_norm(x, weight, eps=eps, residual=residual); with residual (x's
         shape) the call returns (y, s), s = x + residual (out, if given, is the (y, s) pair);
       silu_mul=True: qw's rows are [gate; up] (N = 2 I) and y = silu(gate . x) * (up . x), [I] or [M, I].
-    On an AVX512-VNNI host with dequant "vnni" / "auto" and M = 1 (norm: K a multiple of 128; silu_mul: I even) that
-    is one launch (`fuses`); elsewhere the ops in turn."""
+    One launch at M = 1 (`fuses`) on an AVX512-VNNI CPU with dequant "vnni" / "auto" (norm: K a multiple of 128;
+    silu_mul: I even), the separate ops' fp16 values bit for bit; and on Xe2 (K a multiple of 512, arrays 16-byte
+    aligned), silu_mul bit for bit and the norm as a scale of the row sums, without the separate ops' two fp16
+    roundings of the normalized x (within a derived bound; where that x would overflow fp16, |weight s r| > 65504,
+    the separate ops give inf / NaN and the Xe2 kernel the finite product). Elsewhere the ops run in turn."""
     if norm is None and residual is None and silu_mul is False:
         return run(x, qw, out=out, target=target, dequant=dequant)[0]
     return run_fused(x, qw, norm=norm, residual=residual, silu_mul=silu_mul, out=out, target=target,
