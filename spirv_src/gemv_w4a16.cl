@@ -39,7 +39,7 @@
  *      _silu       rows [gate; up] (N = 2 I, I even): with rows dealt out strided (row_step N / 4) a work-item's
  *                  rows r and r + 2 are gate and up of one output, so it stores silu(g) * u of their fp16 values.
  *      _norm_silu  both (a dense MLP's ln2, gate/up projection and SiLU-and-multiply in one launch).
- *    The Xe2 kernels have the same three forms (w4_xe2_fused, above): the norm as r (W (nw s)) at the end.
+ *    The Xe2 kernels have the same three forms (w4_xe2 with PRO / EPI): the norm as r (W (nw s)) at the end.
  * One kernel per (group size, symmetric / zero-point): gemv_w4a16_g{32,64,128}_{sym,zp}.
  *
  * Batched decode (gemv_w4a16_g{G}_{sym,zp}_m{2,4,8,16}): x [M, K] -> y [M, N] for M <= MB, the weights read and
@@ -156,14 +156,26 @@ INLINE float w4_word_dot(uint word, float8 xf, float xsum, float bias)
 }
 
 /* A sub-group owns RPT consecutive rows of one K slice, so each x load, its conversion and (bias correction) its
- * sum serve RPT rows. Rows past N read row N-1 again and are never stored. */
-INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
+ * sum serve RPT rows. Rows past N read row N-1 again and are never stored.
+ * The fused forms (PRO / EPI; gemv_w4a16(..., norm=, silu_mul=)): K a multiple of BLOCK_K and x, res, nw, s_out and
+ * the packed rows 16-byte aligned (host-checked), so they take the block-read path only.
+ *  PRO_NORM: each sub-group reads its K slice of s = fp16(x + res) (or x) once, keeps a per-lane sum of squares and
+ *            multiplies the codes with nw s in fp32; the slices' sums meet in SLM (after the partial row sums) and
+ *            r = rsqrt(sum / K + eps) scales each row's total at the end: y = r (W (nw s)). The separate ops round
+ *            s r and nw (s r) to fp16 first, so this is not their halves bit for bit; the float64 check's bound
+ *            (checks.gemv_w4a16.FUSED_RULE) covers those two roundings. Work-group 0 stores s.
+ *  EPI_SILU: rows [gate; up], I = N / 2 outputs, RPT / 2 per sub-group: its rows are gate rows o .. o + RPT/2 - 1
+ *            and up rows I + o .. (o its first output), stored as fp16(g / (1 + exp(-g)) u) of the fp16 g and u, as
+ *            silu_mul_f16 computes it from the GEMV's stores. */
+INLINE void w4_xe2(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int PRO, const int EPI)
 {
     const int sg = get_sub_group_id();
     const int lane = get_sub_group_local_id();
-    const int item_row = (sg / K_SPLIT) * RPT;
+    const int group_row = sg / K_SPLIT; /* the sub-group's row group in the work-group */
+    const int item_row = group_row * RPT;
     const int slice = sg % K_SPLIT;
     const int row0 = get_group_id(0) * ROWS + item_row;
+    const int half_n = N / 2, out0 = row0 / 2; /* EPI_SILU: outputs out0 .. out0 + RPT / 2 - 1 */
     const int groups_per_row = K / G;
 
     __global const uchar* prow[RPT];
@@ -171,10 +183,11 @@ INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
     __global const uchar* zrow[RPT];
     bool aligned = XE2RT_BLOCK_ALIGNED(x);
     for (int r = 0; r < RPT; ++r) {
-        const size_t row = (size_t)min(row0 + r, N - 1);
-        prow[r] = packed + row * (K / 2);
-        srow[r] = scales + row * groups_per_row;
-        zrow[r] = zeros + row * groups_per_row;
+        const int row = EPI == EPI_SILU ? (r < RPT / 2 ? 0 : half_n) + min(out0 + r % (RPT / 2), half_n - 1)
+                                        : min(row0 + r, N - 1);
+        prow[r] = packed + (size_t)row * (K / 2);
+        srow[r] = scales + (size_t)row * groups_per_row;
+        zrow[r] = zeros + (size_t)row * groups_per_row;
         aligned = aligned && XE2RT_BLOCK_ALIGNED(prow[r]);
     }
     const int chunks = K / BLOCK_K;
@@ -182,10 +195,12 @@ INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
     const int c_begin = min(slice * per_slice, chunks);
     const int c_end = min(c_begin + per_slice, chunks);
     const int tail_begin = slice == K_SPLIT - 1 ? chunks * (BLOCK_K / 2) : K / 2;
+    const bool write_s = PRO == PRO_NORM && has_res && get_group_id(0) == 0 && group_row == 0;
 
     float acc[RPT];
     for (int r = 0; r < RPT; ++r)
         acc[r] = 0.0f;
+    float sq = 0.0f;
     if (aligned) {
         for (int c = c_begin; c < c_end; ++c) {
             const int kb = c * BLOCK_K;
@@ -197,7 +212,19 @@ INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
                 /* word i of this lane: 8 codes, k0 .. k0 + 7, all in one group (G >= 32) */
                 const int k0 = kb + 8 * (i * SG + lane);
                 const int g = k0 / G;
-                const float8 xf = convert_float8(as_half8(vload4(0, (__global const uint*)(x + k0))));
+                float8 xf = convert_float8(as_half8(vload4(0, (__global const uint*)(x + k0))));
+                if (PRO == PRO_NORM) {
+                    if (has_res) {
+                        const half8 s8 = convert_half8_rte(xf + convert_float8(as_half8(vload4(0,
+                                                                              (__global const uint*)(res + k0)))));
+                        if (write_s)
+                            vstore4(as_uint4(s8), 0, (__global uint*)(s_out + k0));
+                        xf = convert_float8(s8);
+                    }
+                    const float4 q4 = xf.lo * xf.lo + xf.hi * xf.hi;
+                    sq += (q4.s0 + q4.s1) + (q4.s2 + q4.s3);
+                    xf *= convert_float8(as_half8(vload4(0, (__global const uint*)(nw + k0))));
+                }
                 const float4 s4 = xf.lo + xf.hi;
                 const float xsum = (s4.s0 + s4.s1) + (s4.s2 + s4.s3);
                 for (int r = 0; r < RPT; ++r) {
@@ -214,91 +241,6 @@ INLINE void w4_xe2(W4_PARAMS, const int G, const int ZP)
     for (int j = tail_begin + lane; j < K / 2; j += SG)
         for (int r = 0; r < RPT; ++r)
             acc[r] += w4_byte(x, prow[r], srow[r], zrow[r], j, G, ZP);
-    for (int r = 0; r < RPT; ++r) {
-        const float total = sub_group_reduce_add(acc[r]);
-        if (lane == 0)
-            partial[(item_row + r) * K_SPLIT + slice] = total;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (slice == 0 && lane == 0)
-        for (int r = 0; r < RPT; ++r) {
-            const float total = xe2rt_sum_slices(partial, item_row + r, K_SPLIT);
-            if (row0 + r < N)
-                y[row0 + r] = convert_half(total);
-        }
-}
-
-#define W4_KERNEL(NAME, G, ZP) \
-    XE2RT_REQD_SUB_GROUP_SIZE(SG) __kernel void NAME(W4_PARAMS) { w4_xe2(W4_ARGS, G, ZP); }
-
-/* The fused forms on Xe2 (gemv_w4a16(..., norm=, silu_mul=)): K a multiple of BLOCK_K and x, res, nw, s_out and the
- * packed rows 16-byte aligned (host-checked), so only the block-read path of w4_xe2.
- *  PRO_NORM: each sub-group reads its K slice of s = fp16(x + res) (or x) once, keeps a per-lane sum of squares and
- *            multiplies the codes with nw s in fp32; the slices' sums meet in SLM (after the partial row sums) and
- *            r = rsqrt(sum / K + eps) scales each row's total at the end: y = r (W (nw s)). The separate ops round
- *            s r and nw (s r) to fp16 first, so this is not their halves bit for bit; the float64 check's bound
- *            (checks.gemv_w4a16.FUSED_XE2_RULE) adds those two roundings. Work-group 0 stores s.
- *  EPI_SILU: rows [gate; up], I = N / 2 outputs, RPT / 2 per sub-group: its rows are gate rows o .. o + RPT/2 - 1
- *            and up rows I + o .. (o its first output), stored as fp16(g / (1 + exp(-g)) u) of the fp16 g and u, as
- *            silu_mul_f16 computes it from the GEMV's stores. */
-INLINE void w4_xe2_fused(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int PRO, const int EPI)
-{
-    const int sg = get_sub_group_id();
-    const int lane = get_sub_group_local_id();
-    const int group_row = sg / K_SPLIT; /* the sub-group's row group in the work-group */
-    const int item_row = group_row * RPT;
-    const int slice = sg % K_SPLIT;
-    const int row0 = get_group_id(0) * ROWS + item_row;
-    const int half_n = N / 2, out0 = row0 / 2; /* EPI_SILU: outputs out0 .. out0 + RPT / 2 - 1 */
-    const int groups_per_row = K / G;
-
-    __global const uchar* prow[RPT];
-    __global const half* srow[RPT];
-    __global const uchar* zrow[RPT];
-    for (int r = 0; r < RPT; ++r) {
-        const int row = EPI == EPI_SILU ? (r < RPT / 2 ? 0 : half_n) + min(out0 + r % (RPT / 2), half_n - 1)
-                                        : min(row0 + r, N - 1);
-        prow[r] = packed + (size_t)row * (K / 2);
-        srow[r] = scales + (size_t)row * groups_per_row;
-        zrow[r] = zeros + (size_t)row * groups_per_row;
-    }
-    const int2 range = xe2rt_slice_range(K / BLOCK_K, slice, K_SPLIT);
-    const bool write_s = PRO == PRO_NORM && has_res && get_group_id(0) == 0 && group_row == 0;
-
-    float acc[RPT];
-    for (int r = 0; r < RPT; ++r)
-        acc[r] = 0.0f;
-    float sq = 0.0f;
-    for (int c = range.s0; c < range.s1; ++c) {
-        const int kb = c * BLOCK_K;
-        uint words[RPT][4];
-        for (int r = 0; r < RPT; ++r)
-            vstore4(intel_sub_group_block_read4((__global const uint*)(prow[r] + kb / 2)), 0, words[r]);
-        __attribute__((opencl_unroll_hint))
-        for (int i = 0; i < 4; ++i) {
-            const int k0 = kb + 8 * (i * SG + lane);
-            const int g = k0 / G;
-            float8 xf = convert_float8(as_half8(vload4(0, (__global const uint*)(x + k0))));
-            if (PRO == PRO_NORM) {
-                if (has_res) {
-                    const half8 s8 = convert_half8_rte(xf + convert_float8(as_half8(vload4(0,
-                                                                          (__global const uint*)(res + k0)))));
-                    if (write_s)
-                        vstore4(as_uint4(s8), 0, (__global uint*)(s_out + k0));
-                    xf = convert_float8(s8);
-                }
-                const float4 q4 = xf.lo * xf.lo + xf.hi * xf.hi;
-                sq += (q4.s0 + q4.s1) + (q4.s2 + q4.s3);
-                xf *= convert_float8(as_half8(vload4(0, (__global const uint*)(nw + k0))));
-            }
-            const float4 s4 = xf.lo + xf.hi;
-            const float xsum = (s4.s0 + s4.s1) + (s4.s2 + s4.s3);
-            for (int r = 0; r < RPT; ++r) {
-                const float bias = MAGIC_VALUE + (ZP ? (float)zrow[r][g] : (float)SYM_ZERO);
-                acc[r] = fma(w4_word_dot(words[r][i], xf, xsum, bias), (float)srow[r][g], acc[r]);
-            }
-        }
-    }
     for (int r = 0; r < RPT; ++r) {
         const float total = sub_group_reduce_add(acc[r]);
         if (lane == 0)
@@ -330,13 +272,17 @@ INLINE void w4_xe2_fused(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, con
     }
 }
 
+#define W4_KERNEL(NAME, G, ZP)                                                                                     \
+    XE2RT_REQD_SUB_GROUP_SIZE(SG) __kernel void NAME(W4_PARAMS)                                                    \
+    { w4_xe2(W4_ARGS, x, x, y, 0.0f, 0, G, ZP, PRO_NONE, EPI_NONE); }
+
 #define W4_FUSED_KERNELS(NAME, G, ZP)                                                                              \
     XE2RT_REQD_SUB_GROUP_SIZE(SG) __kernel void NAME##_norm(W4_PARAMS, FUSED_PARAMS)                               \
-    { w4_xe2_fused(W4_ARGS, FUSED_ARGS, G, ZP, PRO_NORM, EPI_NONE); }                                              \
+    { w4_xe2(W4_ARGS, FUSED_ARGS, G, ZP, PRO_NORM, EPI_NONE); }                                              \
     XE2RT_REQD_SUB_GROUP_SIZE(SG) __kernel void NAME##_silu(W4_PARAMS, FUSED_PARAMS)                               \
-    { w4_xe2_fused(W4_ARGS, FUSED_ARGS, G, ZP, PRO_NONE, EPI_SILU); }                                              \
+    { w4_xe2(W4_ARGS, FUSED_ARGS, G, ZP, PRO_NONE, EPI_SILU); }                                              \
     XE2RT_REQD_SUB_GROUP_SIZE(SG) __kernel void NAME##_norm_silu(W4_PARAMS, FUSED_PARAMS)                          \
-    { w4_xe2_fused(W4_ARGS, FUSED_ARGS, G, ZP, PRO_NORM, EPI_SILU); }
+    { w4_xe2(W4_ARGS, FUSED_ARGS, G, ZP, PRO_NORM, EPI_SILU); }
 
 /* Batched, Xe2 (see the header): per packed word 8 exact weights per row, then per x row one 16-byte x load shared
  * by the BR rows; each 8-term dot goes into that (row, x row) accumulator. */
