@@ -260,9 +260,8 @@ INLINE void w4_xe2(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
     if (EPI == EPI_SILU) {
         for (int r = 0; r < RPT / 2; ++r)
             if (out0 + r < half_n) {
-                const float gv = (float)convert_half_rte(scale * xe2rt_sum_slices(partial, item_row + r, K_SPLIT));
-                const float uv = (float)convert_half_rte(scale * xe2rt_sum_slices(partial, item_row + r + RPT / 2,
-                                                                                  K_SPLIT));
+                const float gv = ROUND16(scale * xe2rt_sum_slices(partial, item_row + r, K_SPLIT));
+                const float uv = ROUND16(scale * xe2rt_sum_slices(partial, item_row + r + RPT / 2, K_SPLIT));
                 y[out0 + r] = convert_half_rte(gv / (1.0f + exp(-gv)) * uv);
             }
     } else {

@@ -142,6 +142,12 @@ def out_array(op: str, out, *, shape: tuple, dtype, queue: dpctl.SyclQueue, inpu
                              f"{name}")
 
 
+def address(a) -> int:
+    """Address of device array `a`'s first element (dpnp or usm_ndarray; a view starts inside its allocation): what
+    the alignment rules of block reads are checked against."""
+    return _compat.first_element_address(usm_view(a))
+
+
 def usm_byte_range(u) -> tuple[int, int]:
     """[first, end) byte addresses of usm_ndarray `u` (a view starts inside its allocation)."""
     start = _compat.first_element_address(u)

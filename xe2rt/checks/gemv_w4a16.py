@@ -1,6 +1,7 @@
 """gemv_w4a16 cases: every target's binary, both dequant variants (and on CPUs with AVX512-VNNI the VNNI kernels),
 symmetric and zero-point weights, against the float64 reference of dequantize() (xe2rt.reference.quant); the fused
-VNNI kernels (norm= / residual= / silu_mul=) against the float64 rms_norm / silu_mul references too (FUSED_RULE).
+kernels (norm= / residual= / silu_mul=; VNNI on the cpu, and bmg / lnl) against the float64 rms_norm / silu_mul
+references too (FUSED_RULE).
 
 Bound per row (reference.quant.w4_kernel_bound): fp32 accumulation over the kernel's K slices, including the
 bias-corrected variant's magic offset (1024 code units for the fp16 magic, 256 for the CPU wide step), then one fp16
@@ -68,6 +69,7 @@ def run_fused_case(queue, target, form, n, k, group_size, symmetric, dequant, ep
     Result of s (exact) if that fails, else of y (FUSED_RULE)."""
     from . import exact
     from ..ops import gemv_w4a16 as op
+    from ..ops.common import is_xe2
     from ..reference import decoder as ref_d, quant as ref_q
     g = rng("gemv_w4a16 fused", form, n, k, group_size, symmetric)
     qw = random_qw(g, n, k, group_size, symmetric).to_device(queue)
@@ -92,7 +94,7 @@ def run_fused_case(queue, target, form, n, k, group_size, symmetric, dequant, ep
     program = op.program_variant(queue, target, dequant)
     w_abs = np.abs(qw.to_host().dequantize(np.float64))
     e_h = ref_q.w4_kernel_bound(x16, qw, program.constants) + 2 * w_abs @ ref_d.ulp16(x16)
-    if "norm" in form and program.target in ("bmg", "lnl"):
+    if "norm" in form and is_xe2(program.target):
         e_h = e_h + 2.0**-20 * (w_abs @ np.abs(x16.astype(np.float64)))
     if "silu" in form:
         i = n // 2

@@ -18,9 +18,9 @@ chunks of 16 rows of the batched gemv_w8a16. Then y = rms_norm(delta, norm, resi
 The KV cache is one pair of float16 [Hkv, max_tokens, D] arrays per layer on the device. Sampling runs on the device
 (greedy: argmax; otherwise temperature, top-k, top-p over a device sort, with the uniform draw from a seeded numpy
 Generator); the host reads back only the chosen token id. A decode step replays xe2rt.bind plans on fixed buffers
-(see _decode_plans), decode_attention's included: it reads the length from the device. For W4 layers on the
-integer-dot GEMV kernels the step folds ln1 into the qkv GEMV and ln2 + silu_mul into the gate/up GEMV
-(gemv_w4a16's norm= / silu_mul=, one launch each, the same fp16 values as the separate ops).
+(see _decode_plans), decode_attention's included: it reads the length from the device. For W4 layers where
+gemv_w4a16 runs them as one kernel (the CPU's VNNI kernels; Xe2 with hidden a multiple of 512) the step folds ln1 into
+the qkv GEMV and ln2 + silu_mul into the gate/up GEMV (gemv_w4a16's norm= / silu_mul=).
 """
 from __future__ import annotations
 
@@ -328,6 +328,8 @@ class DecoderLM:
         cur = 0
         layers = []
         fused = self._fuses
+        # the folded gate/up GEMV's output, shared by the dense layers like y and delta
+        act = buf(1, cfg.intermediate) if any("experts" not in layer for layer in w["layers"]) else None
         for i, layer in enumerate(w["layers"]):
             p = {}
             # ln1 folded into the qkv GEMV where that is one kernel (gemv_w4a16's norm prologue), else its own plan
@@ -348,7 +350,6 @@ class DecoderLM:
             p["o"] = xe2rt.bind(self._linear, attn.reshape(1, hq * d), layer["o"], out=delta)
             if "experts" not in layer and fused(layer["gate_up"], silu_mul=True):
                 # ln2 and silu_mul folded into the gate/up GEMV (gemv_w4a16's norm= and silu_mul=)
-                act = buf(1, layer["gate_up"].shape[0] // 2)
                 p["gate_up"] = xe2rt.bind(xe2rt.gemv_w4a16, delta, layer["gate_up"], norm=(layer["ln2"], cfg.eps),
                                           residual=xs[cur], silu_mul=True, out=(act, xs[1 - cur]), dequant="auto")
                 p["down"] = xe2rt.bind(self._linear, act, layer["down"], out=delta)

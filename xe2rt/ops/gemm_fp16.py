@@ -76,18 +76,13 @@ def block2d_rule_breaks(name: str, address: int, row_bytes: int, rows: int, pitc
     return breaks
 
 
-def _address(a) -> int:
-    interface = a.__sycl_usm_array_interface__  # base pointer + element offset (a view starts `offset` in)
-    return interface["data"][0] + interface.get("offset", 0) * a.itemsize
-
-
 def block2d_breaks(a, b, b_layout: str, m: int, n: int, k: int) -> list[str]:
     """Why the operands cannot take the 2D-block kernels (empty: they can). a is [M, K]; b is [K, N] or [N, K]."""
-    breaks = block2d_rule_breaks("a", _address(a), 2 * k, m, 2 * k)
+    breaks = block2d_rule_breaks("a", validate.address(a), 2 * k, m, 2 * k)
     if b_layout == "kn":
-        breaks += block2d_rule_breaks("b", _address(b), 2 * n, k, 2 * n)
+        breaks += block2d_rule_breaks("b", validate.address(b), 2 * n, k, 2 * n)
     else:
-        breaks += block2d_rule_breaks("b", _address(b), 2 * k, n, 2 * k)
+        breaks += block2d_rule_breaks("b", validate.address(b), 2 * k, n, 2 * k)
     return breaks
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dpnp
 import numpy as np
 
-from .. import _compat, targets, validate
+from .. import targets, validate
 from ..errors import InputError, LaunchLimitError
 from ..quant import QuantizedW4
 from . import gemv_w4a16
@@ -61,14 +61,10 @@ def kernel_name(symmetric: bool) -> str:
     return f"{OP}_{'sym' if symmetric else 'zp'}"
 
 
-def _address(a) -> int:
-    return _compat.first_element_address(validate.usm_view(a))
-
-
 def block2d_breaks(a, qw: QuantizedW4, m: int, n: int, k: int) -> list[str]:
     """Why a and qw's codes cannot be read with 2D block loads (empty: they can)."""
-    return (block2d_rule_breaks("a", _address(a), 2 * k, m, 2 * k)
-            + block2d_rule_breaks("qw.packed", _address(qw.packed), k // 2, n, k // 2))
+    return (block2d_rule_breaks("a", validate.address(a), 2 * k, m, 2 * k)
+            + block2d_rule_breaks("qw.packed", validate.address(qw.packed), k // 2, n, k // 2))
 
 
 def xe2_geometry(constants: dict, hw_threads: int, m: int, n: int, k: int) -> dict:

@@ -26,7 +26,7 @@ import numpy as np
 from .. import launch, targets, validate
 from ..errors import InputError, InputTypeError, LaunchLimitError
 from .common import attention_scale, ceil_div, check_native_xe2, program_for, workspace
-from .gemm_fp16 import _address, block2d_rule_breaks
+from .gemm_fp16 import block2d_rule_breaks
 
 OP = "prefill_attention"
 FAMILIES = {"native": "prefill_attention", "xe2emu": "prefill_attention_xe2emu"}
@@ -100,7 +100,7 @@ def block2d_breaks(q, k, v, t: int, hq: int, hkv: int, d: int) -> list[str]:
     each array's base decides; widths (D * 2 bytes), pitches (heads * D * 2) and heights (T <= 4096) always pass."""
     breaks = []
     for name, a, heads in (("q", q, hq), ("k", k, hkv), ("v", v, hkv)):
-        breaks += block2d_rule_breaks(name, _address(a), 2 * d, t, 2 * heads * d)
+        breaks += block2d_rule_breaks(name, validate.address(a), 2 * d, t, 2 * heads * d)
     return breaks
 
 
