@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import dpctl
+import dpnp
 import fractions
 
 import numpy as np
@@ -105,7 +106,9 @@ def test_sampling(model):
     np.testing.assert_array_equal(out, greedy[:first])
     assert seen == greedy[:first].tolist()
     np.testing.assert_array_equal(model.generate(ids, 6, stop=np.array(stop)), greedy[:first])  # a 0-d array
-    for bad in (True, [False, True], np.array(True), "ab", 1.5):  # True would read as token id 1
+    on_device = dpnp.asarray(stop, sycl_queue=model.queue)  # 0-d dpnp (it was taken for an iterable and refused)
+    np.testing.assert_array_equal(model.generate(ids, 6, stop=on_device), greedy[:first])
+    for bad in (True, [False, True], np.array(True), "ab", 1.5, dpnp.asarray(1.5), dpnp.asarray(True)):
         with pytest.raises(InputTypeError, match="stop must be a token id or an iterable of token ids"):
             model.generate(ids, 6, stop=bad)
 
@@ -217,6 +220,17 @@ def test_generate_command_line(tmp_path):
         res = run("--prompt-ids", ids, "-n", "2")
         assert res.returncode == 2 and message in res.stderr, (ids, res.stderr[-1000:])
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    # what needs no weights is refused before the weights are read: with the safetensors file cut short, a bad -n or
+    # prompt id is the error reported, not the file (the user of a large model would wait for the load first)
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[:len(data) // 2])
+    for args, message in [(("--prompt-ids", "1,2", "-n", "-1"), "-n / --max-new-tokens must be >= 0, got -1"),
+                          (("--prompt-ids", f"1,{model.cfg.vocab}"), f"--prompt-ids[1] = {model.cfg.vocab} is "
+                                                                     f"outside the vocabulary")]:
+        res = run(*args)
+        assert res.returncode == 2 and message in res.stderr, (args, res.stderr[-1000:])
+    res = run("--prompt-ids", "1,2", "-n", "2")
+    assert res.returncode == 2 and "model.safetensors" in res.stderr, res.stderr[-1000:]
 
 
 def _byte_level_tokenizer(folder, vocab: int, token_bytes: dict) -> None:

@@ -169,6 +169,20 @@ def test_errors(tmp_path):
         read_config(tmp_path / "nowhere")
 
 
+def test_config_fields_take_transformers_defaults(tmp_path):
+    """rope_theta and rms_norm_eps may be absent (transformers' LlamaConfig / Qwen3Config defaults: 10000 and 1e-6),
+    and rope_scaling {"rope_type": "default"} is plain rotary embedding, as null is: all three were refused."""
+    out = rnd.write("tiny-llama", tmp_path, fmt="fp16", layers=1)
+    cfg = dict(json.loads((out / "config.json").read_text()), rope_theta=500000.0, rms_norm_eps=1e-5)
+    assert cfg["rope_scaling"] is not None
+    for drop, attribute, default in [("rope_theta", "rope_theta", 10000.0), ("rms_norm_eps", "eps", 1e-6)]:
+        (out / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != drop}))
+        assert getattr(read_config(out), attribute) == default
+    for plain in ({"rope_type": "default"}, {"type": "default"}):
+        (out / "config.json").write_text(json.dumps(dict(cfg, rope_scaling=plain)))
+        assert read_config(out).rope_scaling is None
+
+
 def test_tied_disagreement(tmp_path):
     out = rnd.write("tiny-qwen3", tmp_path, fmt="fp16", layers=1)
     t = load_file(str(out / "model.safetensors"))

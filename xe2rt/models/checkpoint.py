@@ -101,6 +101,9 @@ class ModelConfig:
         return i in self.moe_layers
 
 
+HF_RMS_NORM_EPS, HF_ROPE_THETA = 1e-6, 10000.0
+
+
 def _field(raw: dict, name: str, kind=int, default=None, path="config.json"):
     value = raw.get(name, default)
     if value is None:
@@ -222,6 +225,8 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     if head_dim not in (64, 128):
         raise UnsupportedModelError(f"{path}: head_dim {head_dim} is not supported; supported: 64, 128")
     scaling = raw.get("rope_scaling")
+    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default":
+        scaling = None  # transformers' name for plain rotary embedding, the same as null
     if scaling is not None:
         if not isinstance(scaling, dict):
             raise CheckpointError(f"{path}: rope_scaling must be a table (or null), got {scaling!r}")
@@ -240,7 +245,8 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
             raise CheckpointError(f"{path}: rope_scaling: {error}") from None
     eos_ids = _eos_ids(raw, path)
     layers = field("num_hidden_layers")
-    eps, theta = field("rms_norm_eps", float), field("rope_theta", float)
+    # absent: the defaults of transformers' LlamaConfig, Qwen3Config and Qwen3MoeConfig
+    eps, theta = field("rms_norm_eps", float, HF_RMS_NORM_EPS), field("rope_theta", float, HF_ROPE_THETA)
     if eps > FLOAT32_MAX:  # the kernels take eps as a float
         raise CheckpointError(f"{path}: rms_norm_eps must be at most float32's largest number, got {eps!r}")
     if not theta > 1:  # rope_kv's rule: a base of 1 or less gives no rotation that depends on the position

@@ -26,14 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import Xe2rtError
+    from ..errors import InputError, Xe2rtError
     if not Path(args.path).is_dir():
         print(f"xe2rt generate: model folder {args.path!r} does not exist", file=sys.stderr)
         return 2
     import dpctl
     import numpy as np
     from . import llm
-    from .checkpoint import current_rss_bytes, env_rss_bytes, tokenizer_for
+    from .checkpoint import current_rss_bytes, env_rss_bytes, read_config, tokenizer_for
     streamed = []  # tokens printed so far (an error after them starts on a new line)
     try:
         if args.prompt_ids is not None:
@@ -62,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 2
             ids = np.asarray(tokenizer.encode(args.prompt).ids, np.int32)
+        # what can be refused without the weights is refused before loading them
+        if args.max_new_tokens < 0:
+            raise InputError(f"-n / --max-new-tokens must be >= 0, got {args.max_new_tokens}")
+        llm.token_ids(ids, read_config(args.path).vocab,
+                      "--prompt-ids" if args.prompt_ids is not None else "the tokenizer's ids")
         max_tokens = args.max_tokens
         if max_tokens is None:
             max_tokens = min(4096, max(1, len(ids) + max(args.max_new_tokens, 0)))

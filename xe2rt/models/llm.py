@@ -58,6 +58,25 @@ def _inverse_cdf_host(p: np.ndarray, u: float) -> int:
     return min(int(np.searchsorted(c, u * c[-1], side="right")), int(np.flatnonzero(p)[-1]))
 
 
+def token_ids(ids, vocab: int, what: str = "ids") -> np.ndarray:
+    """A prompt's token ids as np.int32 [T], T >= 1, every id in [0, vocab); InputError / InputTypeError naming the
+    first id that breaks a rule (the model's calls and the command line, before it loads the weights)."""
+    if hasattr(ids, "__sycl_usm_array_interface__"):  # ids on a device: the host needs them to feed the steps
+        ids = dpnp.asnumpy(ids)
+    a = np.asarray(ids)
+    if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
+        raise InputTypeError(f"{what} must be integer token ids, got dtype {a.dtype}")
+    if a.ndim != 1:
+        raise InputError(f"{what} must be a 1-D sequence of token ids, got shape {a.shape}")
+    if a.size == 0:
+        raise InputError(f"{what} is empty: a prompt needs at least one token")
+    bad = (a < 0) | (a >= vocab)
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise InputError(f"{what}[{j}] = {int(a[j])} is outside the vocabulary [0, {vocab})")
+    return a.astype(np.int32)
+
+
 def _op(name: str):
     import importlib
     import xe2rt
@@ -148,22 +167,10 @@ class DecoderLM:
 
     # ------------------------------------------------------------------------------------------------- checks
     def _check_ids(self, ids, what: str = "ids") -> np.ndarray:
-        if hasattr(ids, "__sycl_usm_array_interface__"):  # ids on a device: the host needs them to feed the steps
-            ids = dpnp.asnumpy(ids)
-        a = np.asarray(ids)
-        if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
-            raise InputTypeError(f"{what} must be integer token ids, got dtype {a.dtype}")
-        if a.ndim != 1:
-            raise InputError(f"{what} must be a 1-D sequence of token ids, got shape {a.shape}")
-        if a.size == 0:
-            raise InputError(f"{what} is empty: a prompt needs at least one token")
-        bad = (a < 0) | (a >= self.cfg.vocab)
-        if bad.any():
-            j = int(np.argmax(bad))
-            raise InputError(f"{what}[{j}] = {int(a[j])} is outside the vocabulary [0, {self.cfg.vocab})")
+        a = token_ids(ids, self.cfg.vocab, what)
         if a.size > self.max_tokens:
             raise InputError(f"{what} has {a.size} tokens; the KV cache holds max_tokens = {self.max_tokens}")
-        return a.astype(np.int32)
+        return a
 
     # ---------------------------------------------------------------------------------------------- the steps
     def _t(self, family: str):
@@ -479,13 +486,14 @@ class DecoderLM:
             raise InputError(f"generate: top_p must be in (0, 1], got {top_p!r}")
         stops = set()
         if stop is not None:
-            single = isinstance(stop, (int, np.integer, np.bool_)) or (isinstance(stop, np.ndarray) and stop.ndim == 0)
+            # a 0-d array (numpy or dpnp) is one id, as a scalar is
+            single = isinstance(stop, (int, np.integer, np.bool_)) or getattr(stop, "ndim", None) == 0
             try:
                 items = [stop] if single else list(stop)
                 if any(isinstance(s, (bool, np.bool_)) or getattr(s, "dtype", None) == np.bool_ for s in items):
                     raise TypeError  # True would read as token id 1
                 stops = {operator.index(s) for s in items}
-            except TypeError:
+            except (TypeError, IndexError):  # dpnp's __index__ of a non-integer array raises IndexError
                 raise InputTypeError(f"generate: stop must be a token id or an iterable of token ids (integers, not "
                                      f"bools), got {validate.shown(stop)}") from None
         if stream is not None and not callable(stream):
