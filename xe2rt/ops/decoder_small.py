@@ -47,14 +47,17 @@ FAMILY = "decoder_small"
 SUB_GROUP = 16
 HEAD_DIMS = (64, 128)
 _F16 = [np.float16]
+_F32_MAX = float(np.finfo(np.float32).max)
 _freq_tables: dict = {}
 _scalings: dict = {}  # a scaling dict's items -> its Llama3Scaling (valid ones only)
 
 
 def _eps(op: str, eps, name: str = "eps") -> float:
+    """The norms' eps (rms_norm, rope_kv's qk_norm, gemv_w4a16's norm=): the kernels take it as a float32."""
     value = validate.real_number(eps)
-    if value is None or not math.isfinite(value) or value < 0:
-        raise InputError(f"{op}: {name} must be a finite real number >= 0, got {validate.shown(eps)}")
+    if value is None or not 0 <= value <= _F32_MAX:  # NaN fails too
+        raise InputError(f"{op}: {name} must be a real number in [0, {_F32_MAX:.8g}] (a float32: the kernels add it "
+                         f"in float32), got {validate.shown(eps)}")
     return value
 
 
