@@ -139,6 +139,38 @@ def test_xe2_refuses_short_k_and_unaligned(queue, rng, target):
                    lambda: W.run(shifted, qw, target=target, variant="xe2emu"))
 
 
+@pytest.mark.parametrize("target", ["bmg", "lnl"])
+def test_xe2_refuses_weights_past_fp16(queue, rng, target):
+    """The Xe2 kernels round each dequantized weight (q - z) s to fp16 for DPAS: scales that allow a weight past 65504
+    are refused before launch (every output was NaN, where the cpu kernel and the reference are finite); at exactly
+    65504 (symmetric scale 8188, code 0) the call runs, finite and within the bound."""
+    from xe2rt.reference import quant as RQ
+    m, n, k = 20, 64, 256
+    a = to_device((rng.uniform(-1, 1, (m, k)) * 1e-3).astype(np.float16), queue)
+    out = dpnp.full((m, n), 7.0, dtype=np.float16, sycl_queue=queue)
+    big = xe2rt.quantize_w4((rng.uniform(-1, 1, (n, k)) * 1e5).astype(np.float32), group_size=64,
+                            symmetric=False).to_device(queue)
+    expect_refused(xe2rt.InputError, r"round each dequantized weight \(q - z\) \* s to float16 .* up to [0-9.e+]+, "
+                   r"past float16's largest finite value 65504", lambda: W.run(a, big, out=out, target=target,
+                                                                               variant="xe2emu"), out=out)
+    # fp16 weights at fp16's largest value: the zero-point scale rounds up (65504 / 15 -> 4368), 15 x 4368 = 65520
+    w16 = np.zeros((n, k), np.float16)
+    w16[:, ::7] = 65504.0
+    edge = xe2rt.quantize_w4(w16, group_size=64, symmetric=False).to_device(queue)
+    expect_refused(xe2rt.InputError, "up to 65520", lambda: W.run(a, edge, out=out, target=target, variant="xe2emu"),
+                   out=out)
+    codes = rng.integers(0, 16, (n, k), dtype=np.uint8)
+    codes[:, 0] = 0  # weight -8 x 8188 = -65504 in every row
+    ok = xe2rt.QuantizedW4(packed=codes[:, 0::2] | (codes[:, 1::2] << 4), scales=np.full((n, k // 64), 8188.0,
+                           np.float16), zeros=None, group_size=64).to_device(queue)
+    got = dpnp.asnumpy(W.run(a, ok, target=target, variant="xe2emu")[0]).astype(np.float64)
+    ref, pre, mag = RQ.gemm_w4(dpnp.asnumpy(a), ok)
+    assert np.isfinite(got).all()
+    assert (np.abs(got - ref) <= RQ.gemm_w4_bound(dpnp.asnumpy(a), pre, mag, fp16_weights=True)).all()
+    # the cpu kernels dequantize in fp32: the same weights run there
+    assert np.isfinite(dpnp.asnumpy(W.run(a, big, target="cpu")[0])).all()
+
+
 def test_native_xe2_target_refused_on_cpu_device(queue, setup):
     a, qw = setup
     expect_refused(xe2rt.TargetError, "needs an Intel Xe2 GPU", lambda: W.run(a, qw, target="bmg"))

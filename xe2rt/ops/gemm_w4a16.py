@@ -31,6 +31,9 @@ plan's own while binding), global (M, ceil(K / 128)); launch 2, one work-item pe
 """
 from __future__ import annotations
 
+import functools
+import weakref
+
 import dpnp
 import numpy as np
 
@@ -104,6 +107,39 @@ def resolve_family(variant: str, target: str, queue) -> str:
     return FAMILIES[variant]
 
 
+FP16_MAX = 65504.0
+_weight_bounds: dict = {}  # id(scales' usm_ndarray) -> (weakref to it, id of zeros' usm_ndarray, bound)
+
+
+def _usm(part):
+    return part.get_array() if hasattr(part, "get_array") else part
+
+
+def _forget_bound(key: int, ref) -> None:
+    hit = _weight_bounds.get(key)
+    if hit is not None and hit[0] is ref:
+        del _weight_bounds[key]
+
+
+def fp16_weight_bound(qw: QuantizedW4) -> float:
+    """The largest |(q - z) s| qw's codes can dequantize to: max over groups of |s| max(z, |15 - z|) (z = 8 when
+    symmetric). One reduction on qw's queue and a read of the result, once per scales array (cached while it lives;
+    a change of the scales' contents in place is not noticed)."""
+    scales, zeros = _usm(qw.scales), None if qw.zeros is None else _usm(qw.zeros)
+    hit = _weight_bounds.get(id(scales))
+    if hit is not None and hit[0]() is scales and hit[1] == id(zeros):
+        return hit[2]
+    s = dpnp.abs(dpnp.asarray(scales).astype(np.float32))
+    if zeros is None:
+        bound = 8.0 * float(dpnp.max(s))
+    else:
+        z = dpnp.asarray(zeros).astype(np.float32)
+        bound = float(dpnp.max(s * dpnp.maximum(z, dpnp.abs(15.0 - z))))
+    ref = weakref.ref(scales, functools.partial(_forget_bound, id(scales)))
+    _weight_bounds[id(scales)] = (ref, id(zeros), bound)
+    return bound
+
+
 def check_inputs(a, qw, bias, activation, out):
     """Everything about the call's arrays; returns (queue, m, n, k)."""
     check_activation(OP, activation)
@@ -160,6 +196,13 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
             raise InputError(f"{OP}: the Xe2 kernels (target {program.target!r}) read a and qw.packed with 2D block "
                              f"loads, whose rules these operands break: {'; '.join(breaks)}. K must be >= 128 (code "
                              f"rows of >= 64 bytes) and both arrays 64-byte aligned (a fresh dpnp array is)")
+        bound = fp16_weight_bound(qw)
+        if not bound <= FP16_MAX:  # NaN scales too
+            raise InputError(f"{OP}: the Xe2 kernels (target {program.target!r}) round each dequantized weight "
+                             f"(q - z) * s to float16 for DPAS, and qw's scales allow |(q - z) s| up to {bound:.6g}, "
+                             f"past float16's largest finite value {FP16_MAX:.0f} (such weights would become inf); "
+                             f"scale the weights down, or multiply at most 16 rows per call (gemv_w4a16's kernels "
+                             f"dequantize in float32)")
     if not xe2_shape and cpu_static_slm_bytes(constants) > queue.sycl_device.local_mem_size:
         raise LaunchLimitError(
             f"{OP}: the cpu kernel needs {cpu_static_slm_bytes(constants)} bytes of local memory; device "
