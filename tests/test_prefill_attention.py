@@ -205,3 +205,17 @@ def test_cpu_scratch_does_not_pile_up_across_unwaited_calls(queue, rng):
     stop.append(True)
     watcher.join()
     assert peak[0] - start <= 4 * scratch, ((peak[0] - start) / 2**20, scratch / 2**20)
+
+
+
+def test_reference_ignores_a_future_tokens_non_finite_v():
+    """In the float64 reference a causal row never reads a later token: with inf in token 10's v, rows 0-9 equal the
+    attention of the first 10 tokens alone (they were NaN: weight 0 times inf), rows 10-19 are not finite. (The
+    kernels multiply whole 16-token blocks: docs/prefill_attention.md, Accuracy.)"""
+    from xe2rt.reference import attention as R
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal(s).astype(np.float16) for s in [(20, 4, 64), (20, 2, 64), (20, 2, 64)])
+    v[10, 1, 3] = np.inf
+    ref = R.prefill_attention_ref(q, k, v)
+    np.testing.assert_allclose(ref[:10], R.prefill_attention_ref(q[:10], k[:10], v[:10]), rtol=1e-12, atol=0)
+    assert not np.isfinite(ref[10:, 2:, 3]).any() and np.isfinite(ref[:, :2]).all()

@@ -101,10 +101,15 @@ def prefill_attention_ref(q, k, v, *, causal: bool = True, scale: float | None =
             rows = np.arange(r0, min(r0 + ROW_CHUNK, t))
             n = rows[-1] + 1 if causal else t  # causal: later tokens have no weight
             s = scale * (q64[rows, h] @ k64[:n, g].T)
-            if causal:
-                s = np.where(cols[None, :n] <= rows[:, None], s, -np.inf)
+            seen = cols[None, :n] <= rows[:, None] if causal else np.ones((len(rows), n), bool)
+            s = np.where(seen, s, -np.inf)
             p = np.exp(s - s.max(axis=1, keepdims=True))
-            out[rows, h] = (p @ v64[:n, g]) / p.sum(axis=1, keepdims=True)
+            vg = v64[:n, g]
+            bad = ~np.isfinite(vg).all(axis=1)  # tokens whose v holds inf / NaN: they count only where seen
+            num = p @ np.where(bad[:, None], 0.0, vg)
+            for j in np.nonzero(bad)[0]:  # (a masked token has weight 0, and 0 * inf would be NaN)
+                num += np.where(seen[:, j:j + 1], p[:, j:j + 1] * vg[j][None, :], 0.0)
+            out[rows, h] = num / p.sum(axis=1, keepdims=True)
     return out
 
 
