@@ -108,7 +108,8 @@ def prefill_attention_ref(q, k, v, *, causal: bool = True, scale: float | None =
             bad = ~np.isfinite(vg).all(axis=1)  # tokens whose v holds inf / NaN: they count only where seen
             num = p @ np.where(bad[:, None], 0.0, vg)
             for j in np.nonzero(bad)[0]:  # (a masked token has weight 0, and 0 * inf would be NaN)
-                num += np.where(seen[:, j:j + 1], p[:, j:j + 1] * vg[j][None, :], 0.0)
+                with np.errstate(invalid="ignore"):  # that 0 * inf is computed, then not selected
+                    num += np.where(seen[:, j:j + 1], p[:, j:j + 1] * vg[j][None, :], 0.0)
             out[rows, h] = num / p.sum(axis=1, keepdims=True)
     return out
 
