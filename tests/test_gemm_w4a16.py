@@ -169,6 +169,13 @@ def test_xe2_refuses_weights_past_fp16(queue, rng, target):
     assert (np.abs(got - ref) <= RQ.gemm_w4_bound(dpnp.asnumpy(a), pre, mag, fp16_weights=True)).all()
     # the cpu kernels dequantize in fp32: the same weights run there
     assert np.isfinite(dpnp.asnumpy(W.run(a, big, target="cpu")[0])).all()
+    # a non-finite scale is not refused: it gives non-finite outputs on every kernel, as in the reference
+    nan_scales = np.full((n, k // 64), 1.0, np.float16)
+    nan_scales[3, 1] = np.nan
+    nan_qw = xe2rt.QuantizedW4(packed=ok.packed, scales=dpnp.asarray(nan_scales, sycl_queue=queue), zeros=None,
+                               group_size=64)
+    got = dpnp.asnumpy(W.run(a, nan_qw, target=target, variant="xe2emu")[0])
+    assert np.isnan(got[:, 3]).all() and np.isfinite(np.delete(got, 3, axis=1)).all()
 
 
 def test_native_xe2_target_refused_on_cpu_device(queue, setup):

@@ -122,14 +122,16 @@ def _forget_bound(key: int, ref) -> None:
 
 
 def fp16_weight_bound(qw: QuantizedW4) -> float:
-    """The largest |(q - z) s| qw's codes can dequantize to: max over groups of |s| max(z, |15 - z|) (z = 8 when
-    symmetric). One reduction on qw's queue and a read of the result, once per scales array (cached while it lives;
-    a change of the scales' contents in place is not noticed)."""
+    """The largest |(q - z) s| qw's codes can dequantize to from a finite scale: max over groups of |s| max(z,
+    |15 - z|) (z = 8 when symmetric). Non-finite scales are left out: they give non-finite outputs on every kernel, as
+    in the reference. One reduction on qw's queue and a read of the result, once per scales array (cached while it
+    lives; a change of the scales' contents in place is not noticed)."""
     scales, zeros = _usm(qw.scales), None if qw.zeros is None else _usm(qw.zeros)
     hit = _weight_bounds.get(id(scales))
     if hit is not None and hit[0]() is scales and hit[1] == id(zeros):
         return hit[2]
     s = dpnp.abs(dpnp.asarray(scales).astype(np.float32))
+    s = dpnp.where(dpnp.isfinite(s), s, 0.0)
     if zeros is None:
         bound = 8.0 * float(dpnp.max(s))
     else:
@@ -197,7 +199,7 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
                              f"loads, whose rules these operands break: {'; '.join(breaks)}. K must be >= 128 (code "
                              f"rows of >= 64 bytes) and both arrays 64-byte aligned (a fresh dpnp array is)")
         bound = fp16_weight_bound(qw)
-        if not bound <= FP16_MAX:  # NaN scales too
+        if bound > FP16_MAX:
             raise InputError(f"{OP}: the Xe2 kernels (target {program.target!r}) round each dequantized weight "
                              f"(q - z) * s to float16 for DPAS, and qw's scales allow |(q - z) s| up to {bound:.6g}, "
                              f"past float16's largest finite value {FP16_MAX:.0f} (such weights would become inf); "
