@@ -579,3 +579,44 @@ def test_from_source_is_cached_in_process(tmp_path, queue, monkeypatch):
     start = time.perf_counter()
     again = xe2rt.Module.from_source(SOURCE, queue=queue)
     assert again is first and time.perf_counter() - start < 0.2
+
+
+def test_read_only_arrays_are_refused_where_the_kernel_may_write(queue):
+    """A read-only device array (flags.writable False) passed for a __global pointer declared without const is refused
+    before launch, as dpnp refuses it for out=; the shipped ops' out= too (the kernel wrote it before). A const
+    pointer takes it."""
+    m = xe2rt.Module.from_source("__kernel void fset(__global float* y, __global const float* x) "
+                                 "{ y[get_global_id(0)] = x[get_global_id(0)] + 1.0f; }\n")
+    k = m.kernel("fset")
+    ro = dpnp.zeros(4, dtype=np.float32, sycl_queue=queue)
+    ro.get_array().flags.writable = False
+    y = dpnp.zeros(4, dtype=np.float32, sycl_queue=queue)
+    with pytest.raises(xe2rt.InputError, match=r"argument 'y': declared float\* without const .* read-only"):
+        k(ro, y, global_size=4, local_size=1)
+    assert (dpnp.asnumpy(ro) == 0).all()
+    k(y, ro, global_size=4, local_size=1).wait()  # read through a const pointer: fine
+    assert (dpnp.asnumpy(y) == 1).all()
+    gate_up = dpnp.ones((1, 64), dtype=np.float16, sycl_queue=queue)
+    out = dpnp.zeros((1, 32), dtype=np.float16, sycl_queue=queue)
+    out.get_array().flags.writable = False
+    with pytest.raises(xe2rt.InputError, match="silu_mul: out is read-only"):
+        xe2rt.silu_mul(gate_up, out=out)
+    assert (dpnp.asnumpy(out) == 0).all()
+
+
+def test_cached_ops_tell_minus_zero_from_zero(queue):
+    """fastcall.cached keys a float scalar by its value, and -0.0 == 0.0: a call with -0.0 replayed the launch recorded
+    for 0.0, so x / a gave +inf where numpy gives -inf."""
+    from xe2rt import fastcall, launch
+    k = xe2rt.Module.from_source("__kernel void dv(__global float* out, __global const float* x, float a) "
+                                 "{ int i = get_global_id(0); out[i] = x[i] / a; }").kernel("dv")
+
+    def div(x, a):
+        out = launch.new_output(x.shape, np.float32, x.sycl_queue)
+        k(out, x, a, global_size=x.size, local_size=1)
+        return out
+    cached = fastcall.cached(div)
+    x = dpnp.ones(4, dtype=np.float32, sycl_queue=queue)
+    assert (dpnp.asnumpy(cached(x, 0.0)) == np.inf).all()
+    assert (dpnp.asnumpy(cached(x, -0.0)) == -np.inf).all()
+    assert (dpnp.asnumpy(cached(x, (-0.0,)[0])) == -np.inf).all()  # the warm replay of -0.0 itself

@@ -27,6 +27,8 @@ alive until its kernels complete, like any launch.
 """
 from __future__ import annotations
 
+import math
+
 import dataclasses
 import functools
 import threading
@@ -90,6 +92,8 @@ def _flatten(value, facts: list, arrays: list, hits: list) -> bool:
     if kind in _SCALAR_TYPES:
         facts.append(kind)
         facts.append(value)
+        if kind is float and value == 0.0:
+            facts.append(math.copysign(1.0, value))  # -0.0 == 0.0, but x / -0.0 is not x / 0.0
         return True
     if kind is tuple or kind is list:
         facts.append(kind)
@@ -238,6 +242,8 @@ def cached(op, in_place: tuple = (), data_check=None):
             elif kind in _SCALAR_TYPES:
                 facts.append(kind)
                 facts.append(value)
+                if kind is float and value == 0.0:
+                    facts.append(math.copysign(1.0, value))  # -0.0 == 0.0, but x / -0.0 is not x / 0.0
             elif not _flatten(value, facts, arrays, hits):
                 return op(*args, **kwargs)
         n_out_args = 0

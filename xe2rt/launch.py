@@ -101,7 +101,7 @@ def facts_of(u) -> tuple:
     if hit is not None and hit[1] == shape and hit[0]() is u:
         return hit
     address = _compat.first_element_address(u)
-    facts = (u.dtype, shape, u.flags.c_contiguous, id(u.sycl_queue), address % ALIGNMENT)
+    facts = (u.dtype, shape, u.flags.c_contiguous, id(u.sycl_queue), address % ALIGNMENT, u.flags.writable)
     fact_id = _fact_ids.get(facts)
     if fact_id is None:
         if len(_fact_ids) >= MAX_FACT_IDS:
@@ -159,10 +159,11 @@ def _param_specs(kernel) -> list[tuple]:
         unsigned = np.dtype(_CL_DTYPES["u" + scalar]) if param.signed is None and \
             scalar in ("char", "short", "int", "long") else None
         if param.space in ("global", "constant"):
+            writes = param.space == "global" and not param.const  # the kernel may write it: no read-only array
             if lanes == 1:
-                specs.append(("g", where, param.type, dtype, unsigned))
+                specs.append(("g", where, param.type, dtype, unsigned, writes))
             else:
-                specs.append(("v", where, param.type, dtype, unsigned, vector_bytes))
+                specs.append(("v", where, param.type, dtype, unsigned, vector_bytes, writes))
         elif param.space == "local":
             specs.append(("l", where, _LOCAL_ACCESSOR_CODES[scalar], vector_bytes, param.type, dtype.itemsize))
         else:  # by value: a scalar, or a vector whose lanes are converted as that scalar
@@ -209,12 +210,16 @@ def _specs(kernel) -> list[tuple]:
     return cached
 
 
-def _usm_address(value, where: str, cl_type: str, expected: np.dtype, queue: dpctl.SyclQueue, unsigned=None):
+def _usm_address(value, where: str, cl_type: str, expected: np.dtype, queue: dpctl.SyclQueue, unsigned=None,
+                 writes: bool = False):
     """The address to pass for a device array (its first element's), after the checks the signature implies."""
     array = validate.usm_view(value)
     if array is None:
         raise InputTypeError(f"{where}: declared {cl_type}* needs a device array (dpnp) of {expected}, got "
                              f"{type(value).__name__}")
+    if writes and not array.flags.writable:
+        raise InputError(f"{where}: declared {cl_type}* without const (the kernel may write it), but the array is "
+                         f"read-only (flags.writable is False)")
     if array.dtype != expected and (unsigned is None or array.dtype != unsigned):  # (np.dtype("f8") == None is True)
         either = f"{expected} or {unsigned} (the binary does not record the sign)" if unsigned else f"{expected}"
         raise InputTypeError(f"{where}: declared {cl_type}* needs {either}, got {np.dtype(array.dtype)}")
@@ -310,10 +315,10 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
             if type(value) is _DPNP_ARRAY:  # the common case, from the facts the array's last launch read
                 hit = facts_of(value.get_array())
                 facts = hit[2]
-                if facts[2] and facts[3] == id(queue) and facts[0] == spec[3]:
+                if facts[2] and facts[3] == id(queue) and facts[0] == spec[3] and (facts[5] or not spec[5]):
                     out.append(hit[3])
                     continue
-            out.append(_usm_address(value, spec[1], spec[2], spec[3], queue, spec[4]))
+            out.append(_usm_address(value, spec[1], spec[2], spec[3], queue, spec[4], spec[5]))
         elif kind == "l":
             if type(value) is not LocalMemory:
                 raise InputTypeError(f"{spec[1]}: declared __local {spec[4]}* takes xe2rt.LocalMemory(nbytes), got "
@@ -325,7 +330,7 @@ def marshal(kernel, args: Sequence, queue: dpctl.SyclQueue) -> tuple[list, int]:
             out.append(_capi.LocalArg(spec[2], nbytes // spec[5]))
             slm_bytes += nbytes
         elif kind == "v":
-            address = _usm_address(value, spec[1], spec[2], spec[3], queue, spec[4])
+            address = _usm_address(value, spec[1], spec[2], spec[3], queue, spec[4], spec[6])
             if address % spec[5]:
                 raise InputError(f"{spec[1]}: declared {spec[2]}* needs its first element aligned to {spec[5]} "
                                  f"bytes (the vector's size); this array starts at {address % spec[5]} bytes past "

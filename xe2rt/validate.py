@@ -132,6 +132,8 @@ def out_array(op: str, out, *, shape: tuple, dtype, queue: dpctl.SyclQueue, inpu
     device_array(op, name, out, dtypes=[dtype], ndims=[len(shape)])
     if tuple(out.shape) != tuple(shape):
         raise InputError(f"{op}: {name} must have shape {tuple(shape)}, got {tuple(out.shape)}")
+    if not usm_view(out).flags.writable:
+        raise InputError(f"{op}: {name} is read-only (flags.writable is False); the op writes it")
     if out.sycl_queue != queue:
         raise InputError(f"{op}: {name} is on another queue than the inputs ({name} on {describe_queue(out.sycl_queue)}, "
                          f"the inputs on {describe_queue(queue)}); "
