@@ -467,6 +467,28 @@ def test_from_source_cache_follows_included_headers(tmp_path, queue, monkeypatch
         assert (y.asnumpy() == value).all(), (folder, options)
 
 
+def test_from_source_cache_follows_every_include_form(tmp_path, queue, monkeypatch):
+    """Headers reached by an absolute #include, through -isystem / -iquote / -idirafter folders (joined or separate)
+    and as -include / -imacros files are in the cache key too: an edited one builds anew (a stale build ran before,
+    silently, in a new process with the same disk cache)."""
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    y = to_device(np.zeros(2, np.float32), queue)
+    put = "__kernel void put(__global float* y) { y[get_global_id(0)] = SCALE; }"
+    cases = [(f'#include "{inc / "s1.h"}"\n' + put, "s1.h", []),
+             ('#include "s2.h"\n' + put, "s2.h", ["-isystem", str(inc)]),
+             ('#include "s3.h"\n' + put, "s3.h", [f"-idirafter{inc}"]),
+             (put, "s4.h", ["-include", str(inc / "s4.h")]),
+             (put, "s5.h", ["-imacros", str(inc / "s5.h")])]
+    for source, header, options in cases:
+        for value in (2, 3):
+            (inc / header).write_text(f"#define SCALE {value}.0f\n")
+            xe2rt.Module.from_source(source, options=options, queue=queue).kernel("put")(
+                y, global_size=2, local_size=2).wait()
+            assert (y.asnumpy() == value).all(), (header, options, value)
+
+
 def test_prebuilt_spirv_without_integer_signs(tmp_path, queue):
     """SPIR-V integers carry no sign; a prebuilt binary without kernel-arg type strings leaves it unknown, and the
     launcher then takes either sign (the same bits): a uint8 array for a uchar* the binary reports as char*, 3e9 for

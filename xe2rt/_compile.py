@@ -5,7 +5,8 @@ toolchain (clang-15, llvm-spirv-15, spirv-val), and kernel signatures and attrib
 the build folder in place.
 
 Cache: one folder per key under XE2RT_CACHE_DIR (default ~/.cache/xe2rt/from_source), the key a sha256 over the
-source, the options (-I folders made absolute), the contents of the headers it includes from them, the device name
+source, the options (include paths made absolute), the contents of the headers it includes (from -I, -isystem,
+-iquote and -idirafter folders, by absolute path, and by -include / -imacros), the device name
 and driver version, the target and the compiler binaries (path, size, mtime).
 A folder is written under a temporary name and renamed into place, and its binary is checked against the sha256 in
 its manifest when loaded (a mismatch rebuilds it). A cached folder is loaded without importing xe2rt.build.
@@ -100,16 +101,33 @@ def _compilers() -> dict:
 _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 
 
-def _headers(source: str, include_dirs: list) -> dict:
-    """{path: sha256} of every header `source` includes from the -I folders, transitively (a header's own includes
-    are looked up next to it first), so that editing one makes a new cache key. Names found nowhere (the OpenCL C
-    headers clang brings) are left to the compiler."""
+# options that name an include folder or a file clang reads, besides -I (JoinedOrSeparate in clang: "-isystem DIR"
+# or "-isystemDIR"): their paths are made absolute and what they lead to is hashed into the cache key like -I headers
+_FOLDER_OPTIONS = ("-isystem", "-iquote", "-idirafter")
+_FILE_OPTIONS = ("-include", "-imacros")
+
+
+def _headers(source: str, include_dirs: list, forced: tuple = ()) -> dict:
+    """{path: sha256} of every header `source` includes (by an absolute path, or from the include folders), and of
+    the files `forced` (-include / -imacros) with theirs, transitively (a header's own includes are looked up next to
+    it first), so that editing one makes a new cache key. Names found nowhere (the OpenCL C headers clang brings) are
+    left to the compiler."""
     found: dict = {}
     todo = [(source, None)]
+    for name in forced:
+        path = Path(name)
+        if path.is_file() and str(path.resolve()) not in found:
+            data = path.read_bytes()
+            found[str(path.resolve())] = hashlib.sha256(data).hexdigest()
+            todo.append((data.decode("utf-8", "replace"), path.resolve().parent))
     while todo:
         text, here = todo.pop()
         for name in _INCLUDE.findall(text):
-            path = next((d / name for d in ([here] if here else []) + include_dirs if (d / name).is_file()), None)
+            if Path(name).is_absolute():
+                candidates = [Path(name)]
+            else:
+                candidates = [d / name for d in ([here] if here else []) + include_dirs]
+            path = next((c for c in candidates if c.is_file()), None)
             if path is None or str(path.resolve()) in found:
                 continue
             data = path.read_bytes()
@@ -118,9 +136,23 @@ def _headers(source: str, include_dirs: list) -> dict:
     return found
 
 
+def _extra_inputs(options: tuple) -> tuple[list, tuple]:
+    """(folders of -isystem / -iquote / -idirafter, files of -include / -imacros) in `options` (made absolute by
+    _absolute_includes, so each is one option and its path as the next item)."""
+    folders, files = [], []
+    for o, value in zip(options, options[1:]):
+        if o in _FOLDER_OPTIONS and isinstance(value, str):
+            folders.append(Path(value))
+        elif o in _FILE_OPTIONS and isinstance(value, str):
+            files.append(value)
+    return folders, tuple(files)
+
+
 def _absolute_includes(options: tuple) -> tuple:
     """The options with every include folder as one absolute -IDIR (a relative one means the current folder's, at
-    this call): -IDIR, -I DIR, --include-directory=DIR and --include-directory DIR, as clang takes them."""
+    this call): -IDIR, -I DIR, --include-directory=DIR and --include-directory DIR, as clang takes them; and the
+    paths of -isystem, -iquote, -idirafter, -include and -imacros (joined or separate) absolute, as the option and
+    its path."""
     out, i = [], 0
     while i < len(options):
         o = options[i]
@@ -132,6 +164,16 @@ def _absolute_includes(options: tuple) -> tuple:
                 folder = o[2:]
             elif o.startswith("--include-directory="):
                 folder = o.split("=", 1)[1]
+            else:
+                other = next((opt for opt in _FOLDER_OPTIONS + _FILE_OPTIONS if o.startswith(opt)), None)
+                if other is not None:
+                    path = o[len(other):]
+                    if not path and i + 1 < len(options) and isinstance(options[i + 1], str):
+                        path, i = options[i + 1], i + 1
+                    if path:
+                        out += [other, str(Path(path).resolve())]
+                        i += 1
+                        continue
         out.append(f"-I{Path(folder).resolve()}" if folder is not None else o)
         i += 1
     return tuple(out)
@@ -160,7 +202,9 @@ def cached_build(source: str, options: tuple, device, target: str) -> Path:
         raise CompileError("from_source: source must be non-empty OpenCL C text")
     options = _absolute_includes(tuple(options))
     include_dirs = [Path(d) for d in _include_dirs(options)[0]]
-    folder = config.cache_dir() / cache_key(source, options, device, target, _headers(source, include_dirs))
+    extra_dirs, forced = _extra_inputs(options)
+    headers = _headers(source, include_dirs + extra_dirs, forced)
+    folder = config.cache_dir() / cache_key(source, options, device, target, headers)
     if (folder / "manifest.json").is_file():
         return folder
     try:
