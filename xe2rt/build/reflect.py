@@ -210,8 +210,8 @@ def structure(reflected: dict) -> dict:
     """What two compiles of the same source must agree on: kernels, per parameter kind / storage class / SPIR-V type
     (names, C types and qualifiers may be present in one and absent in the other), and the kernel attributes."""
     def spirv_type(p):
-        if p["kind"] == "opaque":  # its type name comes from the C type string, present in one build only
-            return (p["kind"], p["storage_class"])
+        if p["kind"] == "opaque" or p["bits"] is None:  # no scalar type (an opaque value, or a pointer to a struct):
+            return (p["kind"], p["storage_class"])        # its name comes from the C type string, in one build only
         return (p["kind"], p["storage_class"], p["bits"], p["vector"],
                 p["type"].removeprefix("u") if p["signed"] is not None else p["type"])
     return {k: ([spirv_type(p) for p in params], reflected["kernel_attrs"][k])
