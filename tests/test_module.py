@@ -297,6 +297,11 @@ def test_required_sub_group_size_the_device_lacks(tmp_path, queue, monkeypatch):
     with pytest.raises(xe2rt.LaunchLimitError, match=r"requires sub-group size 128; device .* supports \[.*16"):
         mod.kernel("wide")(y, global_size=128, local_size=128)
     assert (y.asnumpy() == 0).all()
+    # one that calls a sub-group function fails in the device compile (with an empty message): refused before it
+    uses = xe2rt.Module.from_source("__attribute__((intel_reqd_sub_group_size(128))) __kernel void s(__global int* y) "
+                                    "{ y[get_global_id(0)] = get_sub_group_size(); }", queue=queue)
+    with pytest.raises(xe2rt.LaunchLimitError, match=r"s \(target cpu\): requires sub-group size 128; device"):
+        uses.kernel("s")
 
 
 @pytest.mark.parametrize("edit,match", [

@@ -22,7 +22,7 @@ import dpctl.program
 import dpnp
 
 from . import launch, spirv_module, targets
-from .errors import ArtifactError, InputError, InputTypeError, TargetError
+from .errors import ArtifactError, InputError, InputTypeError, LaunchLimitError, TargetError
 from .launch import LocalMemory  # noqa: F401  (public as xe2rt.LocalMemory)
 
 # dpctl's development branch renames create_program_from_spirv; the old name stays as a deprecated alias.
@@ -155,6 +155,14 @@ class Module:
                         raise ArtifactError(f"{self.path}: {exc} (the manifest lists {name!r}; edited?); "
                                             f"{self._rebuild}") from None
                     self._check_signatures(single, [name])
+                    # a required sub-group size the device lacks fails in the device compile, often without a message:
+                    # refused here as a launch would refuse it
+                    sg = (self.entry.get("kernel_attrs", {}).get(name) or {}).get("reqd_sub_group_size")
+                    sizes = list(self.queue.sycl_device.sub_group_sizes)
+                    if sg and sg not in sizes:
+                        raise LaunchLimitError(f"{self.name}/{name} (target {self.target}): requires sub-group size "
+                                               f"{sg}; device {self.queue.sycl_device.name!r} supports {sizes}. Use "
+                                               f"a size the device supports, or a target built for this device.")
                     built = self._build(single, name)
                     kernel = self.kernels[name] = self._kernel_from(built, name)
         return kernel
@@ -204,8 +212,9 @@ class Module:
                 program = _create_from_spirv(self.queue, spirv, "")
             except Exception as exc:  # dpctl raises SyclProgramCompilationError without the log on some backends
                 which = f"kernel {kernel!r} of " if kernel else ""
+                reason = str(exc).strip() or "the device compiler gave no message"
                 raise ArtifactError(f"building {which}{self.path} (module {self.name}, target {self.target}) for "
-                                    f"{self.queue.sycl_device.name!r} failed: {type(exc).__name__}: {exc}") from exc
+                                    f"{self.queue.sycl_device.name!r} failed: {type(exc).__name__}: {reason}") from exc
             _built[key] = program
         return program
 
