@@ -661,3 +661,26 @@ def test_pointer_to_struct_builds_and_is_refused_at_launch(tmp_path, queue, monk
     assert y.asnumpy()[0] == 1
     with pytest.raises(xe2rt.InputTypeError, match=r"argument 'y': parameter type 'S' is not supported"):
         m.kernel("f")(y, global_size=1, local_size=1)
+
+
+def test_small_argument_mistakes_get_the_rule(tmp_path, queue, monkeypatch, outdir):
+    """options=None is no options and a str target is one target (they were a TypeError and "targets='c'"); a file
+    given as a build folder, a kernel name that is not a str, a global size past size_t with a zero dimension and a
+    400-digit int for a float each get an xe2rt error stating the rule (they were raw Python errors, a silent launch
+    and a 400-digit message)."""
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    src = "__kernel void g2(__global int* y, float v) { y[0] = (int)v; }\n"
+    mod = xe2rt.Module.from_source(src, options=None, queue=queue)
+    assert _compile.build_folder(src, tmp_path / "one", targets="cpu").is_dir()
+    with pytest.raises(xe2rt.InputTypeError, match=r"options must be clang options as str, got int 3"):
+        xe2rt.Module.from_source(src, options=["-DA=1", 3], queue=queue)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(xe2rt.ArtifactError, match=r"is a file; a build folder \(with manifest.json\) is expected"):
+        xe2rt.load(tmp_path / "file", queue=queue)
+    with pytest.raises(xe2rt.InputTypeError, match=r"a kernel name is a str, got list \['g2'\]"):
+        mod.kernel(["g2"])
+    y = to_device(np.zeros(4, np.int32), queue)
+    with pytest.raises(xe2rt.LaunchLimitError, match=r"global size \(0, 1180591620717411303424\) is out of range"):
+        mod.kernel("g2")(y, 1.0, global_size=(0, 2**70), local_size=(1, 1))
+    with pytest.raises(xe2rt.InputError, match=r"argument 'v': 1000000000000000000000000000000000000\.\.\. overflows"):
+        mod.kernel("g2")(y, 10**400, global_size=1, local_size=1)

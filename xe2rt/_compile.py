@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from . import config
-from .errors import BuildError, CompileError
+from .errors import BuildError, CompileError, InputTypeError
 
 CLANG, LLVM_SPIRV = "clang-15", "llvm-spirv-15"
 MODULE_NAME = "from_source"
@@ -61,8 +61,8 @@ def build_folder(source: str, outdir, *, targets=config.TARGETS, options: tuple 
         raise CompileError("source must be non-empty OpenCL C text")
     shown = f"outdir {os.fspath(outdir)!r}"
     outdir = Path(os.fspath(outdir)).resolve()
-    options = _absolute_includes(tuple(options))
-    targets = tuple(targets)
+    options = _absolute_includes(clang_options(options))
+    targets = (targets,) if isinstance(targets, str) else tuple(targets)
     for target in targets:
         config.check_target_name(target, "targets")
     builder.check_output_folder(outdir, shown)
@@ -148,6 +148,23 @@ def _extra_inputs(options: tuple) -> tuple[list, tuple]:
     return folders, tuple(files)
 
 
+def clang_options(options) -> tuple:
+    """clang options as a tuple of str: None (none), one str (one option) or a sequence of str."""
+    if options is None:
+        return ()
+    if isinstance(options, str):
+        return (options,)
+    try:
+        items = tuple(options)
+    except TypeError:
+        raise InputTypeError(f"options must be a sequence of clang options (str), got {type(options).__name__}") \
+            from None
+    bad = next((o for o in items if not isinstance(o, str)), None)
+    if bad is not None:
+        raise InputTypeError(f"options must be clang options as str, got {type(bad).__name__} {bad!r:.40}")
+    return items
+
+
 def _absolute_includes(options: tuple) -> tuple:
     """The options with every include folder as one absolute -IDIR (a relative one means the current folder's, at
     this call): -IDIR, -I DIR, --include-directory=DIR and --include-directory DIR, as clang takes them; and the
@@ -200,7 +217,7 @@ def cached_build(source: str, options: tuple, device, target: str) -> Path:
     """The build folder of `source` for one target, from the disk cache or compiled into it."""
     if not isinstance(source, str) or not source.strip():
         raise CompileError("from_source: source must be non-empty OpenCL C text")
-    options = _absolute_includes(tuple(options))
+    options = _absolute_includes(clang_options(options))
     include_dirs = [Path(d) for d in _include_dirs(options)[0]]
     extra_dirs, forced = _extra_inputs(options)
     headers = _headers(source, include_dirs + extra_dirs, forced)

@@ -281,7 +281,7 @@ def _scalar(spec: tuple, value):
         raise InputTypeError(f"{where}: declared {cl_type} takes a real number, got {kind.__name__}")
     number = validate.real_number(value)  # an int past double's range: +-inf
     if math.isinf(number) and (isinstance(value, (int, np.integer)) or np.isfinite(value)):  # 10**400, a longdouble
-        raise InputError(f"{where}: {value!r} overflows the kernel's {cl_type} (max "
+        raise InputError(f"{where}: {validate.shown(value)} overflows the kernel's {cl_type} (max "
                          f"{float(np.finfo(_CL_DTYPES[cl_type]).max)})")
     return _real(where, cl_type, ctype, number)
 
@@ -409,8 +409,8 @@ def check_geometry(kernel, queue: dpctl.SyclQueue, global_size: tuple, local_siz
     if sg and sg not in sub_group_sizes:
         raise LaunchLimitError(f"{name}: requires sub-group size {sg}; device {device.name!r} supports "
                                f"{list(sub_group_sizes)}. Use a target built for this device.")
-    if math.prod(global_size) >= 2**63:
-        raise LaunchLimitError(f"{name}: global size {global_size} is out of range")
+    if math.prod(global_size) >= 2**63 or max(global_size, default=0) >= 2**63:  # (0, 2**70): no work, but not
+        raise LaunchLimitError(f"{name}: global size {global_size} is out of range")  # a size_t
     if len(_geometry_ok) > 65536:
         _geometry_ok.clear()
     _geometry_ok.add(key)

@@ -142,6 +142,8 @@ class Module:
         """The kernel `name` (default: the one named like the module), built on first use and then reused."""
         if name is None:
             name = self.name
+        if not isinstance(name, str):
+            raise InputTypeError(f"{self.name}: a kernel name is a str, got {type(name).__name__} {name!r:.40}")
         kernel = self.kernels.get(name)
         if kernel is None:
             if not isinstance(name, str) or name not in self.entry["kernels"]:
@@ -234,7 +236,7 @@ class Module:
         from . import _compile  # runs the compiler only here: an import of xe2rt never needs it
         queue = default_queue(queue)
         target = targets.resolve(queue.sycl_device)
-        options = (options,) if isinstance(options, str) else tuple(options)
+        options = _compile.clang_options(options)
         folder = _compile.cached_build(source, options, queue.sycl_device, target)
         try:
             return load(folder, queue=queue, target=target)
@@ -283,7 +285,9 @@ def read_manifest(folder: Path) -> dict:
     path = folder / "manifest.json"
     try:
         mtime = path.stat().st_mtime_ns
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a file passed as the folder: NotADirectoryError
+        if folder.is_file():
+            raise ArtifactError(f"{folder} is a file; a build folder (with manifest.json) is expected") from None
         raise ArtifactError(f"{folder} has no manifest.json (not a build folder: python -m xe2rt build ... "
                             f"-o {folder})") from None
     cached = _manifests.get(folder)
