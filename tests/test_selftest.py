@@ -141,6 +141,9 @@ def test_native_comparison_names_the_lanes_of_a_wrong_emulation(tmp_path, queue,
 @pytest.mark.parametrize("args, message", [
     (["--device", "level_zero:gpu:7"], "matches no SYCL device"),
     (["--json", "/proc/xe2rt-no/report.json"], "cannot write the report"),
+    # a folder that refuses new files, though os.access says yes to root: refused before the run, not after it
+    (["--json", "/sys/xe2rt-report.json"], "cannot write the report to /sys/xe2rt-report.json: the folder /sys is "
+                                           "not writable"),
     (["--families", "nope"], "unknown check families"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, message):
@@ -150,6 +153,14 @@ def test_bad_input_one_line_exit_2(tmp_path, args, message):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_refused_run_creates_no_folder(tmp_path):
+    """A run refused as a usage error leaves nothing behind: the --json path is checked without creating its folders
+    (they were created before the device was looked at)."""
+    proc = run_cli("--device", "nonsense", "--json", str(tmp_path / "made" / "a" / "r.json"), timeout=120)
+    assert proc.returncode == 2 and "matches no SYCL device" in proc.stderr, proc.stderr
+    assert not (tmp_path / "made").exists()
 
 
 def test_device_without_target_is_a_usage_error(monkeypatch):

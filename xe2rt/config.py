@@ -13,6 +13,7 @@ XE2RT_BENCH_DECODE_LAYERS  decoder layers of `bench --families decode`'s random 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from .errors import ConfigError
@@ -67,14 +68,28 @@ def folder_problem(folder: Path) -> str | None:
 
 
 def file_problem(path: Path) -> str | None:
-    """Why a report cannot be written to `path` (its folder created if missing), or None when it can: bench's --json
-    / --plot and selftest's --json check this before anything runs, so that a run's results are not lost at the end."""
-    problem = folder_problem(path.parent)
-    if problem is None and path.is_dir():
-        problem = "it is a folder, not a file"
-    elif problem is None and path.exists() and not os.access(path, os.W_OK):
-        problem = "the file is not writable"
-    return problem
+    """Why a report cannot be written to `path`, or None when it can: bench's --json / --plot and selftest's --json
+    check this before anything runs, so that a run's results are not lost at the end. Nothing is created: the
+    nearest existing folder on the way is probed by creating and removing a temporary file in it (os.access says yes
+    to root for a folder that refuses files), an existing file by opening it for appending."""
+    path = Path(path)
+    if path.is_dir():
+        return "it is a folder, not a file"
+    existing = path.parent.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    try:
+        if path.exists():
+            with open(path, "ab"):
+                pass
+        else:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+    except OSError as exc:
+        return f"{'the file' if path.exists() else f'the folder {existing}'} is not writable ({exc.strerror})"
+    return None
 
 
 def _usable_folder(variable: str, default: Path) -> Path:

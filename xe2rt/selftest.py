@@ -71,7 +71,7 @@ def json_path(requested: str | None) -> Path:
     problem = config.file_problem(path)
     if problem:
         raise UsageError(f"cannot write the report to {path}: {problem}")
-    return path  # nothing is created until the report is written: a run that fails leaves no empty file
+    return path  # nothing is created until the report is written: a refused or failed run leaves nothing
 
 
 def _progress(total: int, label: str):
@@ -299,7 +299,12 @@ def _run(args) -> int:
     report["seconds"] = round(time.time() - started, 1)
     report["passed"] = all(c["passed"] for d in report["devices"] for c in d["checks"]) and \
         all(r["passed"] for d in report["devices"] for r in d["native_builtins"]["records"])
-    path.write_text(json.dumps(report, indent=1, default=str) + "\n")
-    print(summary(report))
+    print(summary(report))  # first: a report that cannot be written loses nothing the run printed
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    except OSError as exc:
+        print(f"xe2rt selftest: the report could not be written to {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"report written to {path} ({report['seconds']} s); share it with the xe2rt developers")
     return 0 if report["passed"] else 1

@@ -102,6 +102,7 @@ def plot(rows: list[dict], read_gbps: float, fma_gflops: float | None, path: Pat
     fig = Figure(figsize=(8, 5.5))
     roofline(fig.add_subplot(), rows, read_gbps, fma_gflops, title=f"xe2rt roofline on {device} (kernel time)")
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
 
 
