@@ -227,6 +227,15 @@ def test_spec_with_a_missing_file(tmp_path, cli):
     assert not (tmp_path / "out").exists()
     code, err = cli("absent.toml", "-o", "out", cwd=tmp_path)
     assert code == 2 and "absent.toml does not exist" in err
+    # a folder named as a source, and OpenCL C in a file not ending in .cl (clang takes it for a linker input, and
+    # the error was a missing .bc from llvm-spirv)
+    (tmp_path / "adir").mkdir()
+    code, err = cli("adir", "-o", "out", cwd=tmp_path)
+    assert code == 2 and "source" in err and "names a folder, not a file" in err, err
+    (tmp_path / "k.txt").write_text("__kernel void k(__global float* y) { y[0] = 1.0f; }\n")
+    code, err = cli("k.txt", "-o", "out", "--targets", "cpu", cwd=tmp_path)
+    assert code == 2 and "must be an OpenCL C file ending in .cl (got .txt suffix)" in err, err
+    assert not (tmp_path / "out").exists()
 
 
 def test_spec_with_variants_includes_and_two_sources(tmp_path, cli, queue, monkeypatch):

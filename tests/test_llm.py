@@ -231,6 +231,9 @@ def test_generate_command_line(tmp_path):
         assert res.returncode == 2 and message in res.stderr, (args, res.stderr[-1000:])
     res = run("--prompt-ids", "1,2", "-n", "2")
     assert res.returncode == 2 and "model.safetensors" in res.stderr, res.stderr[-1000:]
+    res = subprocess.run([sys.executable, "-m", "xe2rt", "generate", str(folder / "config.json"), "--prompt-ids", "1"],
+                         capture_output=True, text=True, timeout=240)
+    assert res.returncode == 2 and "is a file, not a folder" in res.stderr, res.stderr
 
 
 def _byte_level_tokenizer(folder, vocab: int, token_bytes: dict) -> None:

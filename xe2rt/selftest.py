@@ -53,7 +53,7 @@ def choose_devices(filter_string: str | None) -> list:
         try:
             return [dpctl.SyclDevice(filter_string)]
         except Exception:  # dpctl raises SyclDeviceCreationError (its text is a SYCL exception dump)
-            names = ", ".join(f"{d.backend.name}:{d.device_type.name}:{i}" for i, d in enumerate(dpctl.get_devices()))
+            names = ", ".join(f"{d.filter_string} ({d.name})" for d in dpctl.get_devices())  # as info and bench
             raise UsageError(f"--device {filter_string!r} matches no SYCL device; devices here: {names or 'none'}")
     gpus = dpctl.get_devices(device_type="gpu")
     if gpus:

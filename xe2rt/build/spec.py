@@ -91,7 +91,11 @@ def _existing(base: Path, name: str, what: str, origin: str, directory: bool = F
     path = (base / name).resolve()
     if not (path.is_dir() if directory else path.is_file()):
         kind = "folder" if directory else "file"
-        raise BuildError(f"{origin}: {what} {name!r} names a missing {kind} ({path})")
+        state = f"a {'file' if directory else 'folder'}, not a {kind}" if path.exists() else f"a missing {kind}"
+        raise BuildError(f"{origin}: {what} {name!r} names {state} ({path})")
+    if what == "source" and path.suffix != ".cl":  # clang takes any other name for a linker input, not OpenCL C
+        raise BuildError(f"{origin}: source {name!r} must be an OpenCL C file ending in .cl (got {path.suffix or 'no'} "
+                         f"suffix); .spv binaries go in --spirv / targets.X.spirv, specs in a .toml")
     return path
 
 

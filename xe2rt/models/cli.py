@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputError, Xe2rtError
     if not Path(args.path).is_dir():
-        print(f"xe2rt generate: model folder {args.path!r} does not exist", file=sys.stderr)
+        state = "is a file, not a folder" if Path(args.path).exists() else "does not exist"
+        print(f"xe2rt generate: model folder {args.path!r} {state}", file=sys.stderr)
         return 2
     import dpctl
     import numpy as np
