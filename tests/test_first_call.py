@@ -51,6 +51,26 @@ def test_warmup_rejects_unknown_families(queue):
         xe2rt.warmup(queue, ["gemv_int3"], target="cpu")
 
 
+def test_warmup_takes_a_device_or_filter_and_names_bad_arguments(queue):
+    """A filter string or a SyclDevice names the device, as target_for and info take them (AttributeError before);
+    families that are not names, a queue of another type and a filter that matches nothing get xe2rt errors; load(42)
+    and bind(42) are InputTypeErrors (Xe2rtError, as the README promises), no longer plain TypeErrors."""
+    assert set(xe2rt.warmup("opencl:cpu", "stream_read", target="cpu")) == {"stream_read"}
+    assert set(xe2rt.warmup(queue.sycl_device, ["stream_read"], target="cpu")) == {"stream_read"}
+    with pytest.raises(xe2rt.InputTypeError, match=r"families must be a family name or an iterable of them, got int"):
+        xe2rt.warmup(queue, 42)
+    with pytest.raises(xe2rt.InputTypeError, match=r"family names are str"):
+        xe2rt.warmup(queue, ["stream_read", 3])
+    with pytest.raises(xe2rt.InputTypeError, match=r"queue must be a dpctl.SyclQueue, a SyclDevice or a filter"):
+        xe2rt.warmup(3.5)
+    with pytest.raises(xe2rt.InputError, match=r"'nonsense' names no SYCL device"):
+        xe2rt.warmup("nonsense")
+    with pytest.raises(xe2rt.InputTypeError, match=r"load: folder must be a path"):
+        xe2rt.load(42, queue=queue)
+    with pytest.raises(xe2rt.InputTypeError, match=r"xe2rt.bind: op must be an xe2rt op"):
+        xe2rt.bind(42)
+
+
 def test_kernels_of_one_family_come_from_one_verified_binary(queue, rng, fresh_caches):
     """Two kernels of one family built separately, both right: each view is complete on its own."""
     w_host = rng.standard_normal((33, 256)).astype(np.float16)

@@ -354,7 +354,11 @@ def load(folder, *, queue: dpctl.SyclQueue | None = None, target: str | None = N
          module: str | None = None) -> Module:
     """The module in build folder `folder` for the queue's device: target from `target=`, else XE2RT_TARGET, else
     the device (as for the shipped kernels); `module=` names one when the folder holds several per target."""
-    folder = Path(os.fspath(folder)).resolve()
+    try:
+        folder = Path(os.fspath(folder)).resolve()
+    except TypeError:
+        raise InputTypeError(f"load: folder must be a path (str or os.PathLike) to a build folder, got "
+                             f"{type(folder).__name__} {folder!r:.40}") from None
     queue = default_queue(queue)
     chosen = targets.resolve(queue.sycl_device, target)
     key = (queue.sycl_context, queue.sycl_device, folder, chosen, module)

@@ -14,7 +14,7 @@ from typing import Callable
 import dpctl
 
 from . import launch
-from .errors import InputError
+from .errors import InputError, InputTypeError
 
 
 class Plan:
@@ -58,7 +58,7 @@ def bind(op: Callable, *args, **kwargs) -> Plan:
     """Check and pack `op(*args, **kwargs)` once; `plan()` launches it again and returns its outputs, `plan.launch()`
     returns the event. Raises the op's own errors here, before anything is queued."""
     if not callable(op):
-        raise TypeError(f"xe2rt.bind: op must be an xe2rt op (callable), got {type(op).__name__}")
+        raise InputTypeError(f"xe2rt.bind: op must be an xe2rt op (callable), got {type(op).__name__}")
     with launch.recording() as recorder:
         result = op(*args, **kwargs)
     if not recorder.steps and not getattr(op, "__module__", "").startswith("xe2rt"):

@@ -7,13 +7,23 @@ import time
 import dpctl
 
 from . import artifacts, module, targets
-from .errors import InputError
+from .errors import InputError, InputTypeError
 
 
 def warmup(queue: dpctl.SyclQueue | None = None, families=None, *, target: str | None = None) -> dict[str, float]:
     """Build every kernel of `families` (default: all families shipped for the queue's target) for `queue` (default:
-    dpctl's default queue). Returns the seconds each family took."""
-    queue = queue if queue is not None else dpctl.SyclQueue()
+    dpctl's default queue; a SyclDevice or a filter string such as "opencl:cpu" names the device of a new queue).
+    Returns the seconds each family took."""
+    if queue is None:
+        queue = dpctl.SyclQueue()
+    elif isinstance(queue, (str, dpctl.SyclDevice)):  # a filter string or a device, as target_for and info take
+        try:
+            queue = dpctl.SyclQueue(queue)
+        except Exception:  # dpctl's SyclQueueCreationError is a SYCL exception dump
+            raise InputError(f"warmup: {queue!r} names no SYCL device (python -m xe2rt info lists them)") from None
+    elif not isinstance(queue, dpctl.SyclQueue):
+        raise InputTypeError(f"warmup: queue must be a dpctl.SyclQueue, a SyclDevice or a filter string, got "
+                             f"{type(queue).__name__}")
     chosen = targets.resolve(queue.sycl_device, target)
     shipped = sorted(entry["family"] for entry in artifacts.manifest()["artifacts"].values()
                      if entry["target"] == chosen)
@@ -21,6 +31,14 @@ def warmup(queue: dpctl.SyclQueue | None = None, families=None, *, target: str |
         families = runnable_families(queue, chosen)
     elif isinstance(families, str):
         families = [families]
+    else:
+        try:
+            families = list(families)
+        except TypeError:
+            raise InputTypeError(f"warmup: families must be a family name or an iterable of them, got "
+                                 f"{type(families).__name__} {families!r:.40}") from None
+        if not all(isinstance(f, str) for f in families):
+            raise InputTypeError(f"warmup: family names are str, got {families!r:.60}")
     unknown = sorted(set(families) - set(shipped))
     if unknown:
         raise InputError(f"warmup: no family {', '.join(map(repr, unknown))} for target {chosen!r}; shipped: "
