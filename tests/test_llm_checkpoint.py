@@ -703,3 +703,17 @@ def test_generation_config_stop_ids_are_added(tmp_path):
         (out / "generation_config.json").write_text(text)
         with pytest.raises(CheckpointError, match=match):
             read_config(out)
+
+
+def test_random_command_line_is_one_line(tmp_path):
+    """python -m xe2rt.models.random: a config that is not JSON or not a table, and a bad option, are one line and exit
+    status 2 (a JSONDecodeError / TypeError traceback, and argparse's usage block, before)."""
+    (tmp_path / "bad.json").write_text("not json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for args, message in [((str(tmp_path / "bad.json"), str(tmp_path / "o1")), "is not valid JSON"),
+                          ((str(tmp_path / "list.json"), str(tmp_path / "o2")), "must hold a JSON table"),
+                          (("tiny-qwen3", str(tmp_path / "o3"), "--group", "48"), "--group must be 32, 64 or 128")]:
+        res = subprocess.run([sys.executable, "-m", "xe2rt.models.random", *args], capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -34,17 +34,24 @@ MODELS = ("Llama-3.2-1B", "Llama-3.1-8B", "Qwen3-0.6B", "Qwen3-4B", "Qwen3-30B-A
 
 
 def shipped_config(name: str) -> dict:
+    from ..errors import InputError
     path = CONFIG_DIR / f"{name}.json"
     if not path.is_file():
         p = Path(name)
-        if p.is_file():
-            return json.loads(p.read_text())
-        if (p / "config.json").is_file():
-            return json.loads((p / "config.json").read_text())
-        names = sorted(f.stem for f in CONFIG_DIR.glob("*.json"))
-        from ..errors import InputError
-        raise InputError(f"unknown model {name!r}: shipped configs are {', '.join(names)} (or give a config.json)")
-    return json.loads(path.read_text())
+        if p.is_dir() and (p / "config.json").is_file():
+            p = p / "config.json"
+        if not p.is_file():
+            names = sorted(f.stem for f in CONFIG_DIR.glob("*.json"))
+            raise InputError(f"unknown model {name!r}: shipped configs are {', '.join(names)} (or give a "
+                             f"config.json)")
+        path = p
+    try:
+        config = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{path} must hold a JSON table of model settings, got a {type(config).__name__}")
+    return config
 
 
 def linears(cfg) -> list[tuple[str, int, int]]:
@@ -276,8 +283,16 @@ def write_tokenizer(out: Path, vocab: int) -> None:
     tok.save(str(out / "tokenizer.json"))
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad command line in one line and exit status 2, as `python -m xe2rt` reports it."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message} (--help shows the options)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m xe2rt.models.random",
+    ap = _Parser(prog="python -m xe2rt.models.random",
                                  description="Random-weight checkpoints in the exact Hugging Face layouts, for tests "
                                              "and benchmarks on machines that cannot download weights.")
     ap.add_argument("name", help=f"one of {', '.join(MODELS)}, tiny-llama, tiny-qwen3, tiny-qwen3-moe, or a "
