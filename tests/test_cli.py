@@ -88,3 +88,15 @@ def test_row_peak_brackets_keep_the_runs_fma_peak():
     w = dpnp.ones((64, 64), dtype=np.float16, sycl_queue=ctx.queue)
     (seconds, _, _, roof), = ctx.time_rounds([lambda i: gemv_fp16.run(x, w)[1]], [w.nbytes], rounds=1, flops=[8192])
     assert seconds > 0 and roof and ctx.fma_gflops == start
+
+
+def test_softmax_stats_row_is_its_own_family():
+    """The softmax_stats row the routing bench adds is labelled softmax_stats, so the selftest no longer quotes it
+    against the published softmax + top-K figure and the softmax_topk estimate (it was filed as softmax_topk)."""
+    import numpy as np
+    from xe2rt import selftest
+    from xe2rt.bench import routing
+    from xe2rt.bench.harness import BenchContext
+    ctx = BenchContext(device="opencl:cpu", quick=True)
+    row = routing._stats_row(ctx, np.random.default_rng(0), vocab=1024)
+    assert row.family == "softmax_stats" and row.family not in selftest.SEED_FIGURES

@@ -78,7 +78,7 @@ def _stats_row(ctx: BenchContext, rng, vocab: int = 128256, n: int = 512, t: flo
         return m, dpnp.sum(dpnp.exp(d), axis=1)
 
     alt = ctx.time_wall(composition)
-    return Result("softmax_topk", f"stats f16 {rows}x{n} t{t:g}", ctx.target, seconds, wall,
+    return Result("softmax_stats", f"stats f16 {rows}x{n} t{t:g}", ctx.target, seconds, wall,
                   bytes=rows * n * 2 + rows * 8, alternative="dpnp composition", alt_seconds=alt,
                   note=f"softmax_stats: kernel {seconds * 1e6:.1f} us, op {wall * 1e6:.1f} us, dpnp "
                        f"{alt * 1e6:.1f} us; pool {copies} copies", read_gbps=ctx.last_read_gbps)
