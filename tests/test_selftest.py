@@ -155,6 +155,17 @@ def test_bad_input_one_line_exit_2(tmp_path, args, message):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_an_existing_report_is_kept_unless_overwrite(tmp_path):
+    """--json naming an existing file is refused before the run unless --overwrite, as bench's --json (an earlier
+    report was replaced silently)."""
+    out = tmp_path / "r.json"
+    out.write_text("earlier")
+    proc = run_cli("--json", str(out), "--families", "gemv_fp16", "--quick", "--no-bench", timeout=300)
+    assert proc.returncode == 2 and "exists; pass --overwrite" in proc.stderr and out.read_text() == "earlier"
+    proc = run_cli("--json", str(out), "--families", "gemv_fp16", "--quick", "--no-bench", "--overwrite", timeout=300)
+    assert proc.returncode == 0 and out.read_text() != "earlier", proc.stderr[-1000:]
+
+
 def test_a_refused_run_creates_no_folder(tmp_path):
     """A run refused as a usage error leaves nothing behind: the --json path is checked without creating its folders
     (they were created before the device was looked at)."""

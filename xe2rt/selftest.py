@@ -33,6 +33,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", help="SYCL filter string (default: every GPU, else the CPU)")
     parser.add_argument("--quick", action="store_true", help="a few cases per family and a short bench subset")
     parser.add_argument("--json", help="where to write the report (default: selftest_results/selftest_<time>.json)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --json file (refused otherwise)")
     parser.add_argument("--families", nargs="+", help="only these check families (default: all)")
     parser.add_argument("--no-bench", action="store_true", help="correctness only")
 
@@ -64,9 +65,12 @@ def choose_devices(filter_string: str | None) -> list:
     return cpus[:1]
 
 
-def json_path(requested: str | None) -> Path:
-    """The report path, checked writable before anything runs."""
+def json_path(requested: str | None, overwrite: bool = False) -> Path:
+    """The report path, checked writable before anything runs; an existing file is kept unless `overwrite` (as bench's
+    --json)."""
     path = Path(requested) if requested else Path("selftest_results") / time.strftime("selftest_%Y%m%d_%H%M%S.json")
+    if requested and path.is_file() and not overwrite:
+        raise UsageError(f"--json {path} exists; pass --overwrite to replace it or choose another path")
     from . import config
     problem = config.file_problem(path)
     if problem:
@@ -268,7 +272,7 @@ def _run(args) -> int:
         if unknown:
             raise UsageError(f"unknown check families {unknown}; there are {families}")
         families = list(args.families)
-    path = json_path(args.json)
+    path = json_path(args.json, bool(getattr(args, "overwrite", False)))
     devices = choose_devices(args.device)
     started = time.time()
     report = {"versions": _versions(), "host": platform.node(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
