@@ -684,3 +684,22 @@ def test_small_argument_mistakes_get_the_rule(tmp_path, queue, monkeypatch, outd
         mod.kernel("g2")(y, 1.0, global_size=(0, 2**70), local_size=(1, 1))
     with pytest.raises(xe2rt.InputError, match=r"argument 'v': 1000000000000000000000000000000000000\.\.\. overflows"):
         mod.kernel("g2")(y, 10**400, global_size=1, local_size=1)
+
+
+def test_a_refused_launch_names_local_memory(tmp_path, queue, monkeypatch):
+    """Static __local arrays are not counted by the launcher's local-memory check; when they and the LocalMemory
+    arguments pass the device's limit the SYCL runtime refuses the launch, and the error now names that cause, the
+    limit and the LocalMemory bytes (it said only that the runtime refused). Nothing is queued; the next launch runs."""
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    limit = queue.sycl_device.local_mem_size
+    n = (limit - 4096) // 4  # static floats, under the limit alone
+    k = xe2rt.Module.from_source(
+        f"__kernel void st(__global float* y, __local float* d) {{ __local float buf[{n}]; int l = get_local_id(0);"
+        f" buf[l] = l; d[l] = 2 * l; barrier(CLK_LOCAL_MEM_FENCE); y[get_global_id(0)] = buf[l] + d[l]; }}\n",
+        queue=queue).kernel("st")
+    y = to_device(np.zeros(4, np.float32), queue)
+    with pytest.raises(xe2rt.LaunchLimitError, match=rf"local memory past the device's {limit} bytes, counting the "
+                                                     rf"kernel's own __local arrays beside the 100000 bytes"):
+        k(y, xe2rt.LocalMemory(100000), global_size=4, local_size=4)
+    k(y, xe2rt.LocalMemory(64), global_size=4, local_size=4).wait()
+    assert (y.asnumpy() == [0, 3, 6, 9]).all()
