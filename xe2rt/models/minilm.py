@@ -28,6 +28,7 @@ import dpnp
 import numpy as np
 
 from .. import config, validate
+from ..module import default_queue
 from .. import gemm_fp16, gemv_w4a16, gemv_w8a16  # the public ops: warm calls replayed (xe2rt.fastcall)
 from ..errors import InputError, InputTypeError, Xe2rtError
 from ..ops.gemv_common import MAX_M
@@ -193,14 +194,19 @@ def layer_norm(x, gamma, beta):
     return d / dpnp.sqrt(var + LN_EPS) * gamma + beta
 
 
-_models: dict = {}
+_models: dict = {}  # (queue, kind) -> _Model, the most recently used last
+MAX_MODELS = 4  # a model's weights per queue and kind; a caller making a new queue per call would pile them up
 
 
 def _model(queue, kind: str) -> _Model:
     key = (queue, kind)
-    if key not in _models:
-        _models[key] = _Model(queue, kind)
-    return _models[key]
+    model = _models.pop(key, None)
+    if model is None:
+        model = _Model(queue, kind)
+        while len(_models) >= MAX_MODELS:
+            _models.pop(next(iter(_models)))
+    _models[key] = model
+    return model
 
 
 def encode(sentences, *, queue: dpctl.SyclQueue | None = None, weights: str = "fp16") -> np.ndarray:
@@ -216,7 +222,7 @@ def encode(sentences, *, queue: dpctl.SyclQueue | None = None, weights: str = "f
     n, length = ids_h.shape
     if n == 0:
         return np.zeros((0, HIDDEN), dtype=np.float32)
-    queue = queue if queue is not None else dpctl.SyclQueue()
+    queue = default_queue(queue)  # dpctl's cached queue of the default device: one model per device and kind
     m = _model(queue, weights)
     ids = dpnp.asarray(ids_h, sycl_queue=queue)
     mask = dpnp.asarray(mask_h.astype(np.float32), sycl_queue=queue)
