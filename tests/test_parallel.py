@@ -235,6 +235,8 @@ def test_bad_arguments_are_xe2rt_errors(groups, rng):
                       (dict(device=qs[0]), "device must be .*, got SyclQueue")):
         with pytest.raises(InputTypeError, match=match):
             parallel.local_queues(2, **kw)
+    # a numpy integer count is an integer, as the split functions take it (it was refused as "not an integer")
+    assert len(parallel.local_queues(np.int64(2), qs[0].sycl_device)) == 2
     gate, up, down = mlp_weights(rng, "fp16", 64, 128)
     shards = block.split_mlp(gate, up, down, 2)
     for bad, what in (([s[:2] for s in shards], "a list whose item 0 is a tuple of 2"), (iter(shards), "list_iterator"),

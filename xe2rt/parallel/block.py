@@ -39,8 +39,8 @@ def check_x(owner: str, x, k: int, queue) -> None:
     if x.shape[-1] != k:
         raise InputError(f"{owner}: x has K = {x.shape[-1]}, the weights take K = {k}")
     if queue is not None and x.sycl_queue != queue:
-        raise InputError(f"{owner}: x must be on the first (root) queue of the group, device "
-                         f"{queue.sycl_device.name!r}; it is on another queue ({x.sycl_device.name!r}): "
+        raise InputError(f"{owner}: x must be on the first (root) queue of the group, "
+                         f"{validate.describe_queue(queue)}; it is on {validate.describe_queue(x.sycl_queue)}: "
                          f"dpnp.asarray(x, sycl_queue=queues[0])")
 
 

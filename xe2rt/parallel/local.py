@@ -54,8 +54,9 @@ def _context(devices: list):
 def local_queues(count: int, device=None, *, devices=None, profiling: bool = False) -> list:
     """`count` in-order queues: over `devices` (e.g. one per GPU) when given, else over sub-devices of `device`
     (filter string or SyclDevice; default: dpctl's default device), round-robin when there are fewer devices."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
         raise InputError(f"local_queues: count must be an integer >= 1, got {count!r}")
+    count = int(count)
     if devices is None:
         if device is not None and not isinstance(device, (str, dpctl.SyclDevice)):
             raise InputTypeError(f"local_queues: device must be None, a filter string or a dpctl.SyclDevice, got "
@@ -111,8 +112,9 @@ def check_partials(owner: str, partials, queues) -> None:
             raise InputError(f"{owner}: partials[{r}] has shape {tuple(p.shape)} but partials[0] has "
                              f"{tuple(partials[0].shape)}; a reduction needs one shape")
         if p.sycl_queue != queues[r]:
-            raise InputError(f"{owner}: partials[{r}] is not on queues[{r}] (device {queues[r].sycl_device.name!r}); "
-                             f"each shard's partial must be on its own shard's queue")
+            raise InputError(f"{owner}: partials[{r}] is not on queues[{r}] ({validate.describe_queue(queues[r])}; it "
+                             f"is on {validate.describe_queue(p.sycl_queue)}); each shard's partial must be on its own "
+                             f"shard's queue")
 
 
 def reduce_sum(partials, queues):
