@@ -102,6 +102,17 @@ def test_quantize_w8(rng):
     assert (np.abs(qw.dequantize(np.float64) - w) <= 0.5 * s * (1 + 1e-6)).all()
 
 
+def test_quantizers_take_any_memory_order(rng):
+    """A Fortran-ordered or transposed weight (a transposed torch weight) quantizes exactly as its C-ordered copy (it was
+    refused, the error naming packed / qweight, parts the quantizer itself made)."""
+    w = rng.standard_normal((256, 128)).astype(np.float32)
+    for view in (np.asfortranarray(w), w.T.copy().T):
+        for quantize in (lambda a: xe2rt.quantize_w4(a, group_size=32), lambda a: xe2rt.quantize_w4(a, symmetric=False),
+                         xe2rt.quantize_w8):
+            a, b = quantize(view), quantize(w)
+            assert np.array_equal(a.dequantize(np.float64), b.dequantize(np.float64))
+
+
 def test_quantizers_on_dpnp_keep_the_queue(queue, rng):
     w = to_device(rng.standard_normal((4, 128)).astype(np.float16), queue)
     qw = xe2rt.quantize_w4(w, group_size=64, symmetric=False)

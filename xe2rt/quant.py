@@ -221,8 +221,8 @@ def _weights_in(owner: str, w) -> tuple[np.ndarray, object]:
         raise InputTypeError(f"{owner}: w must be float16 or float32, got {np.dtype(w.dtype)}")
     if w.ndim != 2:
         raise InputError(f"{owner}: w must be 2-D [N, K], got shape {tuple(w.shape)}")
-    host = _host(w)
-    bad = ~np.isfinite(host)
+    host = np.ascontiguousarray(_host(w))  # any layout (a transposed torch weight is Fortran-ordered): the parts
+    bad = ~np.isfinite(host)                # made from it must be C-contiguous
     if bad.any():
         n, k = np.argwhere(bad)[0]
         raise InputError(f"{owner}: w has {int(bad.sum())} non-finite values (first: w[{n}, {k}] = "
