@@ -492,6 +492,8 @@ def test_from_source_cache_follows_every_include_form(tmp_path, queue, monkeypat
             xe2rt.Module.from_source(source, options=options, queue=queue).kernel("put")(
                 y, global_size=2, local_size=2).wait()
             assert (y.asnumpy() == value).all(), (header, options, value)
+    # an option that only shares the prefix is not taken for one of them (-include-pch is not -include + "-pch")
+    assert _compile._absolute_includes(("-include-pch", "x.pch")) == ("-include-pch", "x.pch")
 
 
 def test_prebuilt_spirv_without_integer_signs(tmp_path, queue):

@@ -114,12 +114,16 @@ def _headers(source: str, include_dirs: list, forced: tuple = ()) -> dict:
     left to the compiler."""
     found: dict = {}
     todo = [(source, None)]
-    for name in forced:
-        path = Path(name)
-        if path.is_file() and str(path.resolve()) not in found:
+
+    def visit(path: Path) -> None:  # hash a header once, and scan it for its own includes
+        key = str(path.resolve())
+        if key not in found:
             data = path.read_bytes()
-            found[str(path.resolve())] = hashlib.sha256(data).hexdigest()
+            found[key] = hashlib.sha256(data).hexdigest()
             todo.append((data.decode("utf-8", "replace"), path.resolve().parent))
+    for name in forced:
+        if Path(name).is_file():
+            visit(Path(name))
     while todo:
         text, here = todo.pop()
         for name in _INCLUDE.findall(text):
@@ -128,11 +132,8 @@ def _headers(source: str, include_dirs: list, forced: tuple = ()) -> dict:
             else:
                 candidates = [d / name for d in ([here] if here else []) + include_dirs]
             path = next((c for c in candidates if c.is_file()), None)
-            if path is None or str(path.resolve()) in found:
-                continue
-            data = path.read_bytes()
-            found[str(path.resolve())] = hashlib.sha256(data).hexdigest()
-            todo.append((data.decode("utf-8", "replace"), path.resolve().parent))
+            if path is not None:
+                visit(path)
     return found
 
 
@@ -183,8 +184,10 @@ def _absolute_includes(options: tuple) -> tuple:
                 folder = o.split("=", 1)[1]
             else:
                 other = next((opt for opt in _FOLDER_OPTIONS + _FILE_OPTIONS if o.startswith(opt)), None)
+                path = o[len(other):] if other is not None else ""
+                if path.startswith("-"):  # another option sharing the prefix (-include-pch): left as it is
+                    other = None
                 if other is not None:
-                    path = o[len(other):]
                     if not path and i + 1 < len(options) and isinstance(options[i + 1], str):
                         path, i = options[i + 1], i + 1
                     if path:
