@@ -56,8 +56,8 @@ def icd_setup_enabled() -> bool:
 
 
 def folder_problem(folder: Path) -> str | None:
-    """Why files cannot be written into `folder` (created if missing), or None when they can: the one check behind
-    the cache variables, bench's --json / --plot and selftest's --json."""
+    """Why files cannot be written into `folder` (created if missing), or None when they can: the check behind the
+    cache variables (reports use file_problem, which creates nothing)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

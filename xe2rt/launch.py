@@ -373,6 +373,14 @@ def _limits(queue: dpctl.SyclQueue) -> tuple:
 _geometry_ok: set = set()
 
 
+def check_sub_group_size(name: str, sg, device, sub_group_sizes) -> None:
+    """A kernel's required sub-group size `sg` (None or 0: none) must be one the device has: checked at launch, and
+    before the device compile when a module builds the kernel (that compile fails, often without a message)."""
+    if sg and sg not in sub_group_sizes:
+        raise LaunchLimitError(f"{name}: requires sub-group size {sg}; device {device.name!r} supports "
+                               f"{list(sub_group_sizes)}. Use a target built for this device.")
+
+
 def check_geometry(kernel, queue: dpctl.SyclQueue, global_size: tuple, local_size: tuple, slm_bytes: int) -> None:
     limits = _limits(queue)  # holds the queue: its id below cannot be reused while a verdict can be found
     key = (kernel.sycl_kernel, id(queue), global_size, local_size, slm_bytes)
@@ -405,10 +413,8 @@ def check_geometry(kernel, queue: dpctl.SyclQueue, global_size: tuple, local_siz
     if slm_bytes > local_mem:
         raise LaunchLimitError(f"{name}: needs {slm_bytes} bytes of local memory (SLM); device limit "
                                f"{local_mem}. Use smaller LocalMemory arguments or work-groups.")
-    sg = getattr(kernel, "reqd_sub_group_size", None) or kernel.sycl_kernel.compile_sub_group_size
-    if sg and sg not in sub_group_sizes:
-        raise LaunchLimitError(f"{name}: requires sub-group size {sg}; device {device.name!r} supports "
-                               f"{list(sub_group_sizes)}. Use a target built for this device.")
+    check_sub_group_size(name, getattr(kernel, "reqd_sub_group_size", None) or
+                         kernel.sycl_kernel.compile_sub_group_size, device, sub_group_sizes)
     if math.prod(global_size) >= 2**63 or max(global_size, default=0) >= 2**63:  # (0, 2**70): no work, but not
         raise LaunchLimitError(f"{name}: global size {global_size} is out of range")  # a size_t
     if len(_geometry_ok) > 65536:

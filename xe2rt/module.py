@@ -22,7 +22,7 @@ import dpctl.program
 import dpnp
 
 from . import launch, spirv_module, targets
-from .errors import ArtifactError, InputError, InputTypeError, LaunchLimitError, TargetError
+from .errors import ArtifactError, InputError, InputTypeError, TargetError
 from .launch import LocalMemory  # noqa: F401  (public as xe2rt.LocalMemory)
 
 # dpctl's development branch renames create_program_from_spirv; the old name stays as a deprecated alias.
@@ -146,7 +146,7 @@ class Module:
             raise InputTypeError(f"{self.name}: a kernel name is a str, got {type(name).__name__} {name!r:.40}")
         kernel = self.kernels.get(name)
         if kernel is None:
-            if not isinstance(name, str) or name not in self.entry["kernels"]:
+            if name not in self.entry["kernels"]:
                 raise ArtifactError(f"{self.path} has no kernel {name!r}; it has {sorted(self.entry['kernels'])}")
             with _lock:
                 kernel = self.kernels.get(name)
@@ -157,14 +157,10 @@ class Module:
                         raise ArtifactError(f"{self.path}: {exc} (the manifest lists {name!r}; edited?); "
                                             f"{self._rebuild}") from None
                     self._check_signatures(single, [name])
-                    # a required sub-group size the device lacks fails in the device compile, often without a message:
-                    # refused here as a launch would refuse it
-                    sg = (self.entry.get("kernel_attrs", {}).get(name) or {}).get("reqd_sub_group_size")
-                    sizes = list(self.queue.sycl_device.sub_group_sizes)
-                    if sg and sg not in sizes:
-                        raise LaunchLimitError(f"{self.name}/{name} (target {self.target}): requires sub-group size "
-                                               f"{sg}; device {self.queue.sycl_device.name!r} supports {sizes}. Use "
-                                               f"a size the device supports, or a target built for this device.")
+                    device = self.queue.sycl_device
+                    launch.check_sub_group_size(f"{self.name}/{name} (target {self.target})",
+                                                (self.entry.get("kernel_attrs", {}).get(name) or {}).get(
+                                                    "reqd_sub_group_size"), device, device.sub_group_sizes)
                     built = self._build(single, name)
                     kernel = self.kernels[name] = self._kernel_from(built, name)
         return kernel

@@ -51,11 +51,12 @@ def _versions() -> dict:
 def choose_devices(filter_string: str | None) -> list:
     import dpctl
     if filter_string:
+        from . import targets
+        from .errors import InputError
         try:
-            return [dpctl.SyclDevice(filter_string)]
-        except Exception:  # dpctl raises SyclDeviceCreationError (its text is a SYCL exception dump)
-            names = ", ".join(f"{d.filter_string} ({d.name})" for d in dpctl.get_devices())  # as info and bench
-            raise UsageError(f"--device {filter_string!r} matches no SYCL device; devices here: {names or 'none'}")
+            return [targets.select_device(filter_string)]
+        except InputError as exc:  # the filter matches nothing: the message lists the devices there are
+            raise UsageError(f"--device: {exc}") from None
     gpus = dpctl.get_devices(device_type="gpu")
     if gpus:
         return gpus

@@ -14,13 +14,8 @@ def warmup(queue: dpctl.SyclQueue | None = None, families=None, *, target: str |
     """Build every kernel of `families` (default: all families shipped for the queue's target) for `queue` (default:
     dpctl's default queue; a SyclDevice or a filter string such as "opencl:cpu" names the device of a new queue).
     Returns the seconds each family took."""
-    if queue is None:
-        queue = dpctl.SyclQueue()
-    elif isinstance(queue, (str, dpctl.SyclDevice)):  # a filter string or a device, as target_for and info take
-        try:
-            queue = dpctl.SyclQueue(queue)
-        except Exception:  # dpctl's SyclQueueCreationError is a SYCL exception dump
-            raise InputError(f"warmup: {queue!r} names no SYCL device (python -m xe2rt info lists them)") from None
+    if queue is None or isinstance(queue, (str, dpctl.SyclDevice)):  # as target_for and info take a device
+        queue = dpctl.get_device_cached_queue(targets.select_device(queue))
     elif not isinstance(queue, dpctl.SyclQueue):
         raise InputTypeError(f"warmup: queue must be a dpctl.SyclQueue, a SyclDevice or a filter string, got "
                              f"{type(queue).__name__}")

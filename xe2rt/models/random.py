@@ -15,7 +15,6 @@ lm_head stay float in every format, as quantizers leave them.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -283,15 +282,8 @@ def write_tokenizer(out: Path, vocab: int) -> None:
     tok.save(str(out / "tokenizer.json"))
 
 
-class _Parser(argparse.ArgumentParser):
-    """A bad command line in one line and exit status 2, as `python -m xe2rt` reports it."""
-
-    def error(self, message):
-        print(f"{self.prog}: error: {message} (--help shows the options)", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def main(argv=None) -> int:
+    from ..__main__ import _Parser  # a bad command line in one line and exit status 2, as `python -m xe2rt` has it
     ap = _Parser(prog="python -m xe2rt.models.random",
                                  description="Random-weight checkpoints in the exact Hugging Face layouts, for tests "
                                              "and benchmarks on machines that cannot download weights.")

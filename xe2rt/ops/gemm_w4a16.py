@@ -111,10 +111,6 @@ FP16_MAX = 65504.0
 _weight_bounds: dict = {}  # id(scales' usm_ndarray) -> (weakref to it, id of zeros' usm_ndarray, bound)
 
 
-def _usm(part):
-    return part.get_array() if hasattr(part, "get_array") else part
-
-
 def _forget_bound(key: int, ref) -> None:
     hit = _weight_bounds.get(key)
     if hit is not None and hit[0] is ref:
@@ -126,7 +122,7 @@ def fp16_weight_bound(qw: QuantizedW4) -> float:
     |15 - z|) (z = 8 when symmetric). Non-finite scales are left out: they give non-finite outputs on every kernel, as
     in the reference. One reduction on qw's queue and a read of the result, once per scales array (cached while it
     lives; a change of the scales' contents in place is not noticed)."""
-    scales, zeros = _usm(qw.scales), None if qw.zeros is None else _usm(qw.zeros)
+    scales, zeros = validate.usm_view(qw.scales), None if qw.zeros is None else validate.usm_view(qw.zeros)
     hit = _weight_bounds.get(id(scales))
     if hit is not None and hit[0]() is scales and hit[1] == id(zeros):
         return hit[2]
