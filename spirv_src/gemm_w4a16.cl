@@ -36,6 +36,13 @@
 
 #define K_STEP 64 /* Xe2: k per step (one transposed 8-word read per 16 columns) */
 
+/* NATIVE_STEP: the step's native body (what bmg / lnl run), also under DPAS_EMU. The xe2emu builds for bmg / lnl use
+ * the emulation's own step (below: IGC spilled the native body with software built-ins); the xe2emu build for the
+ * cpu target sets NATIVE_STEP = 1, so the native body runs and is checked on the CPU device too. */
+#ifndef NATIVE_STEP
+#define NATIVE_STEP (!DPAS_EMU)
+#endif
+
 #if XE2_SHAPE
 
 #define UNROLL _Pragma("unroll")
@@ -86,7 +93,7 @@ INLINE void load_codes(__global const uchar* packed, __global const half* scales
     zb[1] = (half2)(half)(1024 + (ZP ? (int)zeros[col * KG + g1] : 8));
 }
 
-#if DPAS_EMU
+#if !NATIVE_STEP
 /* The B operand of 16 k at k x 16 columns at col0, by the same loads and conversion as the native step (a transposed
  * read starting at k, words 0 and 1 of it; the scale and zero point of k's group). */
 static __attribute__((noinline)) int8 emu_weights(__global const uchar* packed, __global const half* scales,
@@ -117,7 +124,7 @@ INLINE void step_w4(__global const half* A, __global const uchar* packed, __glob
 {
     const int g0 = k0 >> g_shift;
     const int g1 = min((k0 + 32) >> g_shift, KG - 1);
-#if DPAS_EMU
+#if !NATIVE_STEP
     /* Emulation only (the software built-ins are calls, and the step's code registers, scales, zero points, their
      * per-lane addresses and a 32-row A block, live across them beside the 128 registers of the accumulators, made
      * IGC spill the xe2emu build): each 16 k x 16 column B operand is made by one out-of-line call from uniform

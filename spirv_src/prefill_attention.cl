@@ -45,8 +45,13 @@ INLINE int8 load_qT(__global const half* Qh, int T, int q_pitch, int q0, int c, 
 }
 
 /* The software DPAS and 2D reads are calls on a GPU build, and a call with Q^T (64 GRF at D = 128) live beside the
- * accumulators spilled; the xe2emu binaries re-read Q^T per tile instead (same values, more sends). */
-#if DPAS_EMU
+ * accumulators spilled; the xe2emu binaries for bmg / lnl re-read Q^T per tile instead (same values, more sends) and
+ * run one tile loop (below). NATIVE_STEP = 1 keeps the native kernel's Q^T registers and tile loops with the software
+ * built-ins: the xe2emu build for the cpu target, so the native code runs and is checked on the CPU device too. */
+#ifndef NATIVE_STEP
+#define NATIVE_STEP (!DPAS_EMU)
+#endif
+#if !NATIVE_STEP
 #define QT(i) load_qT(Qh, T, q_pitch, q0, (i), D)
 #else
 #define QT(i) qT[i]
@@ -132,7 +137,7 @@ INLINE void prefill_xe2(__global const half* q, __global const half* k, __global
     __global const half* Vh = v + g * D;
 
     int8 qT[DMAX / 16];
-#if !DPAS_EMU
+#if NATIVE_STEP
     UNROLL for (int c = 0; c < DMAX / 16; ++c) if (c < D / 16)
         qT[c] = load_qT(Qh, T, q_pitch, q0, c, D);
 #endif
@@ -145,7 +150,7 @@ INLINE void prefill_xe2(__global const half* q, __global const half* k, __global
     /* Full tiles: every token visible to every row of the block (causal: before the diagonal tile). */
     const int full = causal ? qb : T / BN;
     const int tiles = (causal ? q0 + BN : T + BN - 1) / BN; /* the last one is masked unless T % 16 == 0 (full) */
-#if DPAS_EMU
+#if !NATIVE_STEP
     /* One inlined tile with the mask chosen at run time: half the code for the CPU runtime to build (the unrolled
      * software DPAS takes it tens of seconds per copy); same loads, DPAS and softmax as the native kernels. */
     for (int t = 0; t < tiles; ++t)

@@ -68,21 +68,90 @@ def test_empty_inputs(queue):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_rope_unchecked_positions_never_write_outside(queue, rng, target):
-    """check_positions=False reads nothing back; a position past the cache then rotates q and k but writes nothing."""
-    q = to_device(rng.standard_normal((2, 4, 64)).astype(np.float16), queue)
-    k = to_device(rng.standard_normal((2, 2, 64)).astype(np.float16), queue)
-    v = to_device(rng.standard_normal((2, 2, 64)).astype(np.float16), queue)
-    # one allocation: k_cache, then v_cache, then a guard; a write past k_cache's end would land in v_cache
+    """check_positions=False reads nothing back; a position past the cache, or negative, then rotates q and k but
+    writes nothing."""
     size = 2 * 8 * 64
-    big = to_device(np.full(3 * size, 5, np.float16), queue)
-    kc, vc, guard = big[:size].reshape(2, 8, 64), big[size:2 * size].reshape(2, 8, 64), big[2 * size:]
-    xe2rt.rope_kv(q, k, v, to_device(np.array([8, 3], np.int32), queue), kc, vc, theta=10000.0,
-                  check_positions=False, target=target)
-    kh, vh = kc.asnumpy(), vc.asnumpy()
-    assert (np.delete(kh, 3, axis=1) == 5).all() and (np.delete(vh, 3, axis=1) == 5).all()
-    np.testing.assert_array_equal(kh[:, 3], k.asnumpy()[1])
-    np.testing.assert_array_equal(vh[:, 3], v.asnumpy()[1])
-    assert (guard.asnumpy() == 5).all()
+    for bad in (8, -1):
+        q = to_device(rng.standard_normal((2, 4, 64)).astype(np.float16), queue)
+        k = to_device(rng.standard_normal((2, 2, 64)).astype(np.float16), queue)
+        v = to_device(rng.standard_normal((2, 2, 64)).astype(np.float16), queue)
+        # one allocation: a guard, k_cache, v_cache, a guard; a write before or past a cache lands in a neighbour
+        big = to_device(np.full(4 * size, 5, np.float16), queue)
+        kc, vc = big[size:2 * size].reshape(2, 8, 64), big[2 * size:3 * size].reshape(2, 8, 64)
+        xe2rt.rope_kv(q, k, v, to_device(np.array([bad, 3], np.int32), queue), kc, vc, theta=10000.0,
+                      check_positions=False, target=target)
+        kh, vh = kc.asnumpy(), vc.asnumpy()
+        assert (np.delete(kh, 3, axis=1) == 5).all() and (np.delete(vh, 3, axis=1) == 5).all(), bad
+        np.testing.assert_array_equal(kh[:, 3], k.asnumpy()[1])
+        np.testing.assert_array_equal(vh[:, 3], v.asnumpy()[1])
+        h = big.asnumpy()
+        assert (h[:size] == 5).all() and (h[3 * size:] == 5).all(), bad
+
+
+def _guarded(queue, shape, fill=7.0, guard=64):
+    """A float16 view of `shape` inside one allocation filled with `fill`, and the guards before and after it."""
+    n = int(np.prod(shape))
+    big = to_device(np.full(n + 2 * guard, fill, np.float16), queue)
+    return big[guard:guard + n].reshape(shape), big[:guard], big[guard + n:]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_silu_mul_writes_nothing_past_out(queue, rng, target):
+    for inter in (77, 1000):  # not multiples of 128 or 64: every kernel's last chunk is partial
+        gu = (2 * rng.standard_normal((3, 2 * inter))).astype(np.float16)
+        out, before, after = _guarded(queue, (3, inter))
+        xe2rt.silu_mul(to_device(gu, queue), out=out, target=target)
+        assert (before.asnumpy() == 7).all() and (after.asnumpy() == 7).all(), inter
+        np.testing.assert_allclose(out.asnumpy(), ref.silu_mul_ref(gu), rtol=2e-3, atol=1e-4)
+
+
+def _differ_from_fp16(got, want) -> float:
+    """The fraction of got's float16 values that are not want rounded to float16, bit for bit."""
+    return float(np.mean(np.asarray(got, np.float16).view(np.uint16) != want.astype(np.float16).view(np.uint16)))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rms_norm_rounds_where_hf_rounds(queue, rng, target):
+    """y = fp16(w * fp16(s r)): the rounding of s r to float16 before the weight is HF's (hidden_states.to(input_dtype)
+    then weight * that). The derived bound allows an ulp of that inner value, so a kernel that skipped the rounding
+    would pass the checks; here y must equal the float64 reference's fp16 chain bit for bit, but for the rare element
+    whose inner product lies within r's fp32 error of a rounding boundary (under 2%; 0 in practice). x in [1, 2) and
+    a constant residual of 3/4 ulp(1): every s = fp16(x + residual) rounds up by a quarter of its ulp, so a sum of
+    squares over the unrounded x + residual shows too."""
+    n = 2048
+    x = rng.uniform(1, 2, (4, n)).astype(np.float16)
+    res = np.full((4, n), 0.75 * 2.0**-10, np.float16)
+    w = (1 + 0.3 * rng.standard_normal(n)).astype(np.float16)
+    for r in (None, res):
+        out = xe2rt.rms_norm(to_device(x, queue), to_device(w, queue), eps=1e-5,
+                             residual=None if r is None else to_device(r, queue), target=target)
+        y = out if r is None else out[0]
+        want, _ = ref.rms_norm_ref(x, w, 1e-5, r)
+        assert _differ_from_fp16(y.asnumpy(), want) < 0.02, f"residual={r is not None}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rope_kv_qk_norm_rounds_where_hf_rounds(queue, rng, target):
+    """At position 0 the rotation is the identity, so q and k after rope_kv with qk_norm are Qwen3's q_norm / k_norm
+    outputs: fp16(w * fp16(x r)) bit for bit (as test_rms_norm_rounds_where_hf_rounds), and with heads whose mean
+    square is near eps (x ~ 1e-3) within float16 rounding of the float64 norm, eps included."""
+    hq, hkv, d = 32, 8, 128
+    qw = (1 + 0.3 * rng.standard_normal(d)).astype(np.float16)
+    kw = (1 + 0.3 * rng.standard_normal(d)).astype(np.float16)
+    for scale in (2.0, 1e-3):
+        q = (scale * rng.standard_normal((1, hq, d))).astype(np.float16)
+        k = (scale * rng.standard_normal((1, hkv, d))).astype(np.float16)
+        dq, dk = to_device(q, queue), to_device(k, queue)
+        kc = to_device(np.zeros((hkv, 4, d), np.float16), queue)
+        vc = to_device(np.zeros((hkv, 4, d), np.float16), queue)
+        xe2rt.rope_kv(dq, dk, to_device(k, queue), to_device(np.zeros(1, np.int32), queue), kc, vc, theta=1e6,
+                      qk_norm=(to_device(qw, queue), to_device(kw, queue), 1e-6), target=target)
+        for got, x, w in ((dq, q, qw), (dk, k, kw)):
+            want = ref.rms_norm_ref(x, w, 1e-6)[0]
+            if scale > 1:
+                assert _differ_from_fp16(got.asnumpy(), want) < 0.02
+            else:
+                np.testing.assert_allclose(got.asnumpy().astype(np.float64), want, rtol=4e-3, atol=1e-4)
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -261,3 +261,36 @@ def test_xe2_ops_in_turn_where_the_kernel_cannot_run(queue, rng):
     assert plan.launches == 2
     want = xe2rt.silu_mul(xe2rt.gemv_w4a16(x_off, qw, target="bmg").reshape(1, 40), target="bmg").reshape(20)
     assert np.array_equal(dpnp.asnumpy(plan()), dpnp.asnumpy(want))
+
+
+@pytest.mark.parametrize("target", ["bmg", "lnl"])
+def test_xe2_silu_mul_writes_nothing_past_out(queue, rng, target):
+    """The fused silu_mul's last work-group covers outputs past I: nothing may be written there (I = 3, 5, 501)."""
+    for inter in (3, 5, 501):
+        qw = xe2rt.quantize_w4((rng.standard_normal((2 * inter, 512)) * 0.05).astype(np.float32), group_size=64,
+                               symmetric=True).to_device(queue)
+        x = rng.standard_normal(512).astype(np.float16)
+        big = to_device(np.full(inter + 128, 7, np.float16), queue)
+        out = big[64:64 + inter]
+        op.run_fused(to_device(x, queue), qw, silu_mul=True, out=out, target=target)
+        h = big.asnumpy()
+        assert (h[:64] == 7).all() and (h[64 + inter:] == 7).all(), inter
+
+
+@pytest.mark.parametrize("target", ["cpu", "bmg", "lnl"])
+def test_norm_with_a_mean_square_near_eps(queue, rng, target):
+    """norm= on x ~ 2e-3 (mean square 4e-6, near eps 1e-5): eps changes the result by about 60%, so a kernel that
+    dropped it would be far outside this tolerance; against rms_norm then gemv_w4a16 on the same target."""
+    if target == "cpu":
+        skip_unless_vnni(queue)  # the one fused kernel is the VNNI one; elsewhere the ops run in turn
+    k, n = 1024, 64
+    qw = xe2rt.quantize_w4((rng.standard_normal((n, k)) * 0.05).astype(np.float32), group_size=64,
+                           symmetric=True).to_device(queue)
+    x = (2e-3 * rng.standard_normal(k)).astype(np.float16)
+    w = (1 + 0.2 * rng.standard_normal(k)).astype(np.float16)
+    got, _ = op.run_fused(to_device(x, queue), qw, norm=(to_device(w, queue), EPS), target=target,
+                          dequant="vnni" if target == "cpu" else None)
+    a = xe2rt.rms_norm(to_device(x[None], queue), to_device(w, queue), eps=EPS, target=target)
+    want = xe2rt.gemv_w4a16(a.reshape(k), qw, target=target)
+    np.testing.assert_allclose(got.asnumpy().astype(np.float64), want.asnumpy().astype(np.float64), rtol=2e-2,
+                               atol=2e-3)

@@ -208,6 +208,38 @@ def test_cpu_scratch_does_not_pile_up_across_unwaited_calls(queue, rng):
 
 
 
+def test_cpu_scratch_pad_rows_do_not_leak_stale_values(queue):
+    """The cpu kernels convert K and V to an fp32 scratch in blocks of 16 tokens; the pad rows past T in the last
+    block get weight 0, so they must hold zeros, not whatever the reused workspace held: NaN there (a previous
+    call's data could be anything) must not reach any output, at T not a multiple of 16."""
+    from xe2rt.ops.common import workspace
+    workspace(P.OP, queue, 1 << 20, np.float32)[...] = np.nan
+    for check in C.checks():
+        if check.name.startswith(("T=17 Hq=4 Hkv=1 D=64 full", "T=40 ")):
+            result = check.run(queue, "cpu")
+            assert result.passed, f"{check} after a NaN workspace: {result.describe()}"
+
+
+@pytest.mark.parametrize("target", ["cpu", "bmg", "lnl"])
+def test_softmax_sum_adds_the_weights_pv_uses(queue, target):
+    """All V rows 1.0, so the output is a convex combination of equal rows: exactly 1.0 when the softmax's sum adds
+    the same (rounded) weights the P V product multiplies with. Token 0's score is `scale`, every other token's 0, with
+    scale = -ln(p) for a p whose fp16 rounding error is 0.45 ulp, the same for every token, so a sum of unrounded
+    weights against fp16 weights in P V would give 0.9995 in every output, well inside the derived bound."""
+    p = 0.75 + 0.45 * 2.0**-11
+    t, d = 33, 64
+    q = np.zeros((t, 4, d), np.float16)
+    q[:, :, 0] = 1
+    k = np.zeros((t, 1, d), np.float16)
+    k[0, 0, 0] = 1
+    v = np.ones((t, 1, d), np.float16)
+    for causal in (False, True):
+        got, _ = P.run(*(to_device(a, queue) for a in (q, k, v)), causal=causal, scale=float(-np.log(p)),
+                       target=target, variant=C.variant_for(queue, target))
+        g = dpnp.asnumpy(got)
+        assert (g == 1).all(), f"causal={causal}: {int((g != 1).sum())} of {g.size} outputs differ from 1.0"
+
+
 def test_reference_ignores_a_future_tokens_non_finite_v():
     """In the float64 reference a causal row never reads a later token: with inf in token 10's v, rows 0-9 equal the
     attention of the first 10 tokens alone (they were NaN: weight 0 times inf), rows 10-19 are not finite. (The

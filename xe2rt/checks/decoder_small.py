@@ -185,6 +185,13 @@ def checks(quick: bool = False) -> list[Check]:
         _rms_case("Qwen3 per-head T=17 x 32 heads x 128", (17, 32, 128), 128, False, eps=1e-6),
         _rms_case("odd H=1000 T=3 residual", (3, 1000), 1000, True),
         _rms_case("odd H=77 T=5 per-head 3 x 77", (5, 3, 77), 77, False),
+        # rows of n % 128 == 64: the Xe2 kernel's 128-wide block path must not take them
+        _rms_case("per-head D=64 T=3 x 8 heads", (3, 8, 64), 64, False),
+        _rms_case("H=960 T=2 residual", (2, 960), 960, True),
+        # mean squares near eps (x ~ 1e-3): a kernel that dropped eps would be far outside the bound
+        _rms_case("small x (mean square ~ eps) T=3 H=2048 residual", (3, 2048), 2048, True, scale=2e-3),
+        _rms_case("small x (mean square ~ eps) per-head T=3 x 8 x 128 eps=1e-6", (3, 8, 128), 128, False, eps=1e-6,
+                  scale=5e-4),
         _rope_case("Llama-3.1-8B T=1 llama3 pos 2047", 1, 32, 8, 128, 500000.0, LLAMA3_8B, max_tokens=2048,
                    positions=[2047]),
         _rope_case("Llama-3.2-1B T=17 D=64 llama3", 17, 32, 8, 64, 500000.0, LLAMA3_1B),

@@ -9,6 +9,8 @@ over the output, which must be <= 1.
 
 Targets: "cpu" runs the CPU-shaped kernels; "bmg"/"lnl" run the Xe2 kernels, natively on an Xe2 GPU and through the
 software DPAS / 2D block built-ins (variant xe2emu) on any other device; those cases are kept small (emulation).
+The xe2emu builds for bmg / lnl use the emulation's own K step (the native step with software built-ins spilled in
+IGC); the "(native Xe2 step, software built-ins)" cases run the xe2emu build for cpu, whose K step is the native one.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def _variant(queue, target: str | None) -> tuple[str | None, str]:
 
 
 def _case(m: int, n: int, k: int, g: int, symmetric: bool, *, bias: bool = False, activation=None, seed: int = 0,
-          cpu_variant: str = "native"):
+          cpu_variant: str = "native", outliers: bool = False):
     def run(queue, target):
         import dpnp
 
@@ -46,6 +48,9 @@ def _case(m: int, n: int, k: int, g: int, symmetric: bool, *, bias: bool = False
         w = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
         qw = quantize_w4(w, group_size=g, symmetric=symmetric).to_device(queue)
         a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+        if outliers:  # +-8 in the last 16 k of every 128-k chunk: the VNNI kernel's fixed-point exponent must see them
+            a[:, [min(c + 120, k - 1) for c in range(0, k, 128)]] = 8 * np.array([(-1) ** j for j in range(
+                -(-k // 128))], np.float16)
         b = rng.uniform(-1, 1, n).astype(np.float16) if bias else None
         chosen, variant = _variant(queue, target)
         if chosen == "cpu":
@@ -57,7 +62,7 @@ def _case(m: int, n: int, k: int, g: int, symmetric: bool, *, bias: bool = False
         ref, pre, mag = ref_quant.gemm_w4(a, qw, bias=b, activation=activation)
         gemv = op.uses_gemv(m, b, activation)
         resolved = targets.resolve(queue.sycl_device, chosen)
-        fp16_weights = not gemv and resolved in XE2
+        fp16_weights = not gemv and (resolved in XE2 or variant == "xe2emu")  # the Xe2 kernels' fp16 weights
         vnni = not gemv and op.resolve_family(variant, resolved, queue) == op.FAMILIES["vnni"]
         bound = ref_quant.gemm_w4_bound(a, pre, mag, bias=b, activation=activation, fp16_weights=fp16_weights,
                                         x_error=ref_quant.gemm_w4_x_error(a, qw) if vnni else None)
@@ -78,6 +83,7 @@ def _case(m: int, n: int, k: int, g: int, symmetric: bool, *, bias: bool = False
                       bound_rule=rule, detail=detail)
 
     epi = ("" if not bias else " bias") + (f" {activation}" if activation else "")
+    epi += " outliers at each 128-k chunk's end" if outliers else ""
     return f"M={m} N={n} K={k} g{g} {'sym' if symmetric else 'zp'}{epi}", run
 
 
@@ -99,6 +105,7 @@ def checks(quick: bool = False) -> list[Check]:
         (33, 33, 64, 64, False, {}, ("cpu",)),
         (128, 1000, 1536, 128, True, {"bias": True, "activation": "gelu"}, ("cpu",)),
         (300, 130, 1024, 64, False, {}, ("cpu",)),
+        (17, 64, 256, 32, True, {"outliers": True}, ("cpu",)),
     ]
     if quick:
         cases = [c for c in cases if c[0] in (17, 33, 128)][:3]
@@ -109,6 +116,11 @@ def checks(quick: bool = False) -> list[Check]:
         if not quick and "cpu" in targets and m > 16:  # the cpu's VNNI kernels (variant="vnni"), where they run
             name, run = _case(m, n, k, g, sym, seed=i, cpu_variant="vnni", **options)
             out.append(Check(FAMILY, name + " (vnni)", run, ("cpu",), cpu_vnni=True))
+        if not quick and targets == ALL and m > 16:
+            # the native Xe2 step itself (bmg / lnl's xe2emu builds run the emulation's own step), with the software
+            # built-ins: the xe2emu build for the cpu target (NATIVE_STEP = 1)
+            name, run = _case(m, n, k, g, sym, seed=i, cpu_variant="xe2emu", **options)
+            out.append(Check(FAMILY, name + " (native Xe2 step, software built-ins)", run, ("cpu",)))
     # every variant at one shape each on the cpu kernels: g32/g64/g128 x sym/zp
     for g in (32, 64, 128):
         for sym in (True, False):

@@ -33,7 +33,7 @@ def variant_for(queue, target: str | None) -> str:
     return "native" if detected == target else "xe2emu"
 
 
-def _case(t, hq, hkv, d, causal, *, scale=None, use_out=False, label=""):
+def _case(t, hq, hkv, d, causal, *, scale=None, use_out=False, label="", variant=None):
     def run(queue, target):
         rng = np.random.default_rng([t, hq, hkv, d, int(causal), int(use_out)])
         q = rng.standard_normal((t, hq, d)).astype(np.float16)
@@ -42,7 +42,7 @@ def _case(t, hq, hkv, d, causal, *, scale=None, use_out=False, label=""):
         dq, dk, dv = (dpnp.asarray(a, sycl_queue=queue) for a in (q, k, v))
         out = dpnp.full((t, hq, d), np.nan, dtype=np.float16, sycl_queue=queue) if use_out else None
         got, _ = op.run(dq, dk, dv, causal=causal, scale=scale, out=out, target=target,
-                        variant=variant_for(queue, target))
+                        variant=variant or variant_for(queue, target))
         if use_out and got is not out:
             return Result(float("inf"), 0.0, detail="out= was given but another array was returned")
         got = dpnp.asnumpy(got).astype(np.float64)
@@ -60,6 +60,7 @@ def _case(t, hq, hkv, d, causal, *, scale=None, use_out=False, label=""):
     name += f" scale={scale}" if scale is not None else ""
     name += " out=" if use_out else ""
     name += f" {label}" if label else ""
+    name += " (native Xe2 tile loops, software built-ins)" if variant == "xe2emu" else ""
     return run, name
 
 
@@ -92,4 +93,12 @@ def checks(quick: bool = False) -> list[Check]:
     for t, hq, hkv, d, causal, tgts, extra in cases:
         run, name = _case(t, hq, hkv, d, causal, **extra)
         out.append(Check(FAMILY, name, run, tgts))
+    # The native Xe2 kernel's own tile loops (Q^T in registers, full tiles unmasked, then the diagonal or tail tile)
+    # with the software built-ins: the xe2emu build for cpu (NATIVE_STEP = 1); bmg / lnl's xe2emu builds run the
+    # emulation's one loop with the mask chosen at run time.
+    for t, hq, hkv, d, causal, extra in ((17, 4, 1, 64, True, {}), (40, 8, 1, 128, False, {}),
+                                         (33, 4, 4, 64, True, {"scale": 1.0})):
+        if not quick or t == 17:
+            run, name = _case(t, hq, hkv, d, causal, variant="xe2emu", **extra)
+            out.append(Check(FAMILY, name, run, ("cpu",)))
     return out
