@@ -1,6 +1,8 @@
 """decode_attention on the CPU device, every target's binary (the Xe2 ones through the same loader), against the
 float64 reference with the derived elementwise bound (xe2rt.checks.decode_attention); then bad input, out=, warm
 calls and bind."""
+import math
+
 import dpctl
 import dpnp
 import numpy as np
@@ -289,3 +291,20 @@ def test_threads_on_one_queue_use_their_own_workspace(queue):
         for i, y in enumerate(outs):
             err = np.abs(y.astype(np.float64) - decode_attention_ref(q, k, v, length - i))
             assert np.all(err <= decode_attention_bound(q, k, v, length - i))
+
+
+def test_decode_attention_default_scale_is_head_dim_to_minus_half(queue):
+    """R40: the default score scale against HF's head_dim ** -0.5, from a closed form: two tokens, q . k0 = 16,
+    q . k1 = 0, v0 = e0, v1 = e1 -> out[0] = sigmoid(16 / sqrt(64)) = sigmoid(2)."""
+    d = 64
+    q = np.zeros((1, d), np.float16)
+    q[0, 0] = 4
+    k = np.zeros((1, 4, d), np.float16)
+    k[0, 0, 0] = 4
+    v = np.zeros((1, 4, d), np.float16)
+    v[0, 0, 0] = 1
+    v[0, 1, 1] = 1
+    out = xe2rt.decode_attention(dpnp.asarray(q, sycl_queue=queue), dpnp.asarray(k, sycl_queue=queue),
+                                 dpnp.asarray(v, sycl_queue=queue), 2).asnumpy()
+    want = 1 / (1 + math.exp(-2.0))
+    assert abs(float(out[0, 0]) - want) < 2e-3 and abs(float(out[0, 1]) - (1 - want)) < 2e-3

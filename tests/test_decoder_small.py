@@ -1,6 +1,7 @@
 """rms_norm, rope_kv and silu_mul on every target's binary against the float64 references, through the cases of
 xe2rt.checks.decoder_small (the same cases the selftest runs; bounds derived there), plus the op-level behaviour the
 cases do not cover (out=, warm replays, empty inputs, asynchrony of in-place updates)."""
+import dpnp
 import numpy as np
 import pytest
 
@@ -219,3 +220,49 @@ def test_silu_written_out_exp_matches_libm(queue, rng):
     diff = np.abs(ours - libm)
     assert (diff <= ref.ulp16(np.maximum(np.abs(ours), np.abs(libm)))).all()
     assert np.mean(diff == 0) > 0.999, np.mean(diff == 0)  # measured: 1 of 63488 differs
+
+
+# ---- found by mutation testing (session 32) ----
+
+def test_llama3_inv_freq_with_low_freq_factor_2():
+    """R20: the llama3 rule with low_freq_factor != 1 (every existing case uses 1.0, where old / low == old * low):
+    transformers' _compute_llama3_parameters written out in float64."""
+    from xe2rt.reference.decoder import inv_freq
+    from xe2rt.reference.llm import rope_inv_freq
+    d, theta = 128, 500000.0
+    sc = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 2.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}
+    base = 1.0 / theta ** (np.arange(0, d, 2) / d)
+    wl = 2 * np.pi / base
+    low_wl, high_wl = 8192 / 2.0, 8192 / 4.0
+    smooth = (8192 / wl - 2.0) / (4.0 - 2.0)
+    want = np.where(wl < high_wl, base, np.where(wl > low_wl, base / 8, (1 - smooth) * base / 8 + smooth * base))
+    assert ((wl > low_wl) & (wl <= 8192)).any()  # where old / low and old * low disagree
+    np.testing.assert_allclose(rope_inv_freq(d, theta, sc), want, rtol=1e-12)
+    np.testing.assert_allclose(inv_freq(d, theta, sc), want, rtol=8 * 2.0**-24)
+
+
+def test_rope_kv_theta_1_is_refused(queue):
+    """D38: theta = 1 exactly (the rule is > 1)."""
+    q = dpnp.zeros((1, 2, 64), dtype=np.float16, sycl_queue=queue)
+    k = dpnp.zeros((1, 2, 64), dtype=np.float16, sycl_queue=queue)
+    v = dpnp.zeros((1, 2, 64), dtype=np.float16, sycl_queue=queue)
+    pos = dpnp.asarray(np.array([0], np.int32), sycl_queue=queue)
+    kc = dpnp.zeros((2, 4, 64), dtype=np.float16, sycl_queue=queue)
+    vc = dpnp.zeros((2, 4, 64), dtype=np.float16, sycl_queue=queue)
+    with pytest.raises(xe2rt.InputError, match=r"theta \(rope_theta\) must be a finite number > 1, got 1"):
+        xe2rt.rope_kv(q, k, v, pos, kc, vc, theta=1.0)
+
+
+def test_rope_kv_rejection_writes_nothing_unwrapped(queue):
+    """D37: the op itself (not only its fastcall wrapper, whose cold call defers launches until the op returns)
+    checks positions before it launches."""
+    from xe2rt.ops import decoder_small
+    full = lambda shape: dpnp.full(shape, 7.0, dtype=np.float16, sycl_queue=queue)
+    q, k, v, kc, vc = full((2, 4, 64)), full((2, 2, 64)), full((2, 2, 64)), full((2, 8, 64)), full((2, 8, 64))
+    pos = dpnp.asarray(np.array([5, 5], np.int32), sycl_queue=queue)
+    with pytest.raises(xe2rt.InputError, match="positions must be distinct"):
+        decoder_small.run_rope_kv(q, k, v, pos, kc, vc, theta=10000.0)
+    queue.wait()
+    for a in (q, k, kc, vc):
+        assert (a.asnumpy() == 7.0).all()

@@ -440,3 +440,99 @@ def test_w4_decode_step_folds_on_the_xe2_code_path(queue, tmp_path, monkeypatch)
         assert set(plans) == {"qkv", "rope_kv", "o", "gate_up", "down"}
     full = forward(model.cfg, model.reference_weights(), np.concatenate([ids, tokens[:-1]]))
     assert (1.0 - cosine_rows(logits, full[ids.size - 1:])).max() <= llm_checks.BOUND
+
+
+# ---- found by mutation testing (session 32): config values that matter, the argmax past row 0, edge rules ----
+
+def test_moe_without_norm_topk_prob(queue, tmp_path):
+    """L18: norm_topk_prob false end to end (the tiny MoE config has it true): prompt logits against the float64
+    forward."""
+    from xe2rt.checks.llm import BOUND
+    from xe2rt.reference.llm import cosine_rows, forward
+    raw = dict(rnd.shipped_config("tiny-qwen3-moe"), norm_topk_prob=False)
+    model = llm.load(rnd.write(raw, tmp_path / "m", fmt="fp16", seed=11), queue=queue, max_tokens=64, progress=False)
+    assert model.cfg.norm_topk_prob is False
+    ids = np.random.default_rng(7).integers(0, model.cfg.vocab, 20).astype(np.int32)
+    got = model.logits(ids)
+    want = forward(model.cfg, model.reference_weights(), ids)
+    assert (1 - cosine_rows(got, want)).max() <= BOUND
+    tokens, logits = model.generate(ids, 4, return_logits=True)
+    full = forward(model.cfg, model.reference_weights(), np.concatenate([ids, tokens[:-1]]))
+    assert (1 - cosine_rows(logits, full[19:])).max() <= BOUND
+
+
+def test_large_eps_reaches_every_norm(queue, tmp_path):
+    """L19: rms_norm_eps that matters (1.0 against activations of unit RMS): logits against the float64 forward in
+    value, not only in direction (a wrong eps scales rows, which the cosine does not see)."""
+    from xe2rt.reference.llm import forward
+    raw = dict(rnd.shipped_config("tiny-llama"), rms_norm_eps=1.0)
+    model = llm.load(rnd.write(raw, tmp_path / "m", fmt="fp16", seed=11), queue=queue, max_tokens=64, progress=False)
+    ids = np.random.default_rng(7).integers(0, model.cfg.vocab, 20).astype(np.int32)
+    got = model.logits(ids).astype(np.float64)
+    want = forward(model.cfg, model.reference_weights(), ids)
+    ratio = np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert np.abs(ratio - 1).max() < 0.01, ratio
+
+
+@pytest.fixture(scope="module")
+def wide(queue, tmp_path_factory):
+    config = dict(rnd.shipped_config("tiny-llama"), vocab_size=2500, num_hidden_layers=1)
+    model = llm.load(rnd.write(config, tmp_path_factory.mktemp("w"), fmt="fp16", seed=3), queue=queue,
+                     max_tokens=16, progress=False)
+    assert model._arg_rows == 5
+    return model
+
+
+def test_greedy_argmax_past_the_first_row(wide):
+    """L28: the greedy argmax over rows of 512 logits returns the vocabulary index (numpy's argmax), for a maximum in
+    every row, the short last one included."""
+    v = wide.cfg.vocab
+    for where in (3, 700, 1500, 2047, 2048, 2499):
+        logits = np.linspace(-4, 4, v).astype(np.float16)[np.random.default_rng(where).permutation(v)]
+        logits[where] = 8
+        wide._logit_row[...] = dpnp.asarray(logits.reshape(1, v), sycl_queue=wide.queue)
+        assert wide._choose(wide._logit_row, 0.0, 0, 1.0, None) == where == int(np.argmax(logits))
+
+
+def test_top_k_tie_at_the_candidate_floor(wide):
+    """L33: 17 logits of 9 at ids 0..16 (row 0's 16 candidates hold ids 0..15) and one at id 512. top_k 17 keeps ids
+    0..16 (ties: the lower id first, as a sort of the vocabulary orders them); a draw in the last kept token's
+    interval picks id 16, never 512."""
+    v = wide.cfg.vocab
+    logits = np.full(v, -2.0, np.float16)
+    logits[:17] = 9
+    logits[512] = 9
+    wide._logit_row[...] = dpnp.asarray(logits.reshape(1, v), sycl_queue=wide.queue)
+    assert wide._choose(wide._logit_row, 1.0, 17, 1.0, _Draw(16.5 / 17)) == 16
+
+
+def test_bad_top_k_and_stream(wide):
+    """L34 / L35."""
+    with pytest.raises(xe2rt.InputError, match="top_k must be an int >= 0"):
+        wide.generate([1, 2], 2, temperature=1.0, top_k=-1)
+    with pytest.raises(xe2rt.InputTypeError, match="stream must be callable"):
+        wide.generate([1, 2], 2, stream=5)
+
+
+def test_prompt_of_exactly_max_tokens(wide):
+    """L54: a prompt of max_tokens ids fills the cache exactly and is accepted."""
+    ids = np.arange(wide.max_tokens, dtype=np.int32)
+    assert wide.logits(ids).shape == (wide.max_tokens, wide.cfg.vocab)
+
+
+def test_tiny_top_p_on_the_sort_path(wide):
+    """L70: a flat distribution (the candidates cannot hold the nucleus: the device sort path) with a top_p that is 0
+    in float32 keeps the most likely token."""
+    v = wide.cfg.vocab
+    logits = (np.linspace(-6, 6, v) / 8).astype(np.float16)[np.random.default_rng(1).permutation(v)]
+    wide._logit_row[...] = dpnp.asarray(logits.reshape(1, v), sycl_queue=wide.queue)
+    for u in (0.0, 0.5, 1 - 2**-30):
+        assert wide._choose(wide._logit_row, 1.0, 0, 1e-46, _Draw(u)) == int(np.argmax(logits))
+
+
+def test_attention_bucket_is_the_smallest_power_of_two(queue, tmp_path):
+    """L26: decode lengths 61..64 use the bucket 64 only (max_length = the smallest power of two >= length)."""
+    model = llm.load(rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", layers=1, seed=4), queue=queue,
+                     max_tokens=136, progress=False)
+    model.generate(np.arange(60, dtype=np.int32), 5)  # decode steps at lengths 61, 62, 63, 64
+    assert {bucket for _, bucket in model._dec["attention"]} == {64}

@@ -13,7 +13,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from xe2rt.models import random as rnd
-from xe2rt.models.checkpoint import CheckpointError, UnsupportedModelError, read_config
+from xe2rt.models.checkpoint import CheckpointError, UnsupportedModelError, parse_config, read_config
 from xe2rt.models.llm_weights import load_weights
 from xe2rt.errors import InputError
 from xe2rt.quant import QuantizedW4
@@ -717,3 +717,92 @@ def test_random_command_line_is_one_line(tmp_path):
                              timeout=120)
         assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+# ---- found by mutation testing (session 32): loader rules checked against the stored tensors and HF's defaults ----
+
+def _set_dtype(path, name, dtype):
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    table = json.loads(data[8:8 + n])
+    table[name]["dtype"] = dtype
+    head = json.dumps(table).encode()
+    head += b" " * (-len(head) % 8)
+    path.write_bytes(struct.pack("<Q", len(head)) + head + data[8 + n:])
+
+
+def test_bf16_scales_in_fp16_mode(tmp_path):
+    """C10: compressed-tensors checkpoints of bf16 models store weight_scale as BF16; weights='fp16' must decode the
+    scale bits as the top half of a float32 (decoded here with struct, independently of xe2rt)."""
+    out = rnd.write("tiny-llama", tmp_path, fmt="compressed-tensors", layers=1, group=64, sym=True)
+    st = out / "model.safetensors"
+    t = load_file(str(st))
+    prefix = "model.layers.0.self_attn.q_proj"
+    bits = rnd.bf16_bits(t[f"{prefix}.weight_scale"].astype(np.float32) * np.float32(1.001))
+    t[f"{prefix}.weight_scale"] = bits.view(np.int16)
+    save_file(t, str(st))
+    _set_dtype(st, f"{prefix}.weight_scale", "BF16")
+    _, w = load_weights(out, "fp16", progress=False)
+    qw = t[f"{prefix}.weight_packed"]
+    for nn, kk in [(0, 0), (5, 77), (255, 255), (100, 200)]:
+        s = struct.unpack("<f", struct.pack("<I", int(bits[nn, kk // 64]) << 16))[0]
+        want = (nib(qw[nn, kk // 8], kk % 8) - 8) * s
+        assert w["layers"][0]["qkv"][nn, kk] == np.float16(want)
+
+
+@pytest.mark.parametrize("fmt", ["gptq", "compressed-tensors"])
+def test_auto_keeps_an_excluded_lm_head_float(tmp_path, fmt):
+    """C12 / C13: GPTQ lm_head: false and compressed-tensors ignore: [lm_head] keep a float lm_head with 'auto'."""
+    out = rnd.write("tiny-llama", tmp_path, fmt=fmt, layers=1)
+    _, w = load_weights(out, progress=False)
+    assert isinstance(w["lm_head"], np.ndarray) and w["lm_head"].dtype == np.float16
+    np.testing.assert_array_equal(w["lm_head"], load_file(str(out / "model.safetensors"))["lm_head.weight"])
+
+
+def test_absent_fields_take_hf_defaults(tmp_path):
+    """C14 / C16 / C17: transformers' defaults when the field is absent: tie_word_embeddings false (LlamaConfig,
+    Qwen3Config), head_dim = hidden_size // num_attention_heads, norm_topk_prob false (Qwen3MoeConfig)."""
+    out = rnd.write("tiny-llama", tmp_path / "l", fmt="fp16", layers=1)
+    raw = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({k: v for k, v in raw.items()
+                                                 if k not in ("tie_word_embeddings", "head_dim")}))
+    cfg = read_config(out)
+    assert cfg.tie_embeddings is False and cfg.head_dim == 256 // 4
+    load_weights(out, progress=False)
+    moe = json.loads((rnd.CONFIG_DIR / "tiny-qwen3-moe.json").read_text())
+    del moe["norm_topk_prob"]
+    assert parse_config(moe).norm_topk_prob is False
+
+
+def test_index_naming_the_wrong_shard(tmp_path):
+    """C15: an index that lists a tensor under a shard that does not hold it is named."""
+    out = rnd.write("tiny-llama", tmp_path, fmt="fp16", layers=1, shard_mb=0.3)
+    index = out / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    shards = sorted(set(data["weight_map"].values()))
+    name = next(n for n, s in data["weight_map"].items() if s == shards[0])
+    data["weight_map"][name] = shards[1]
+    index.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="but that shard does not hold it"):
+        load_weights(out, progress=False)
+
+
+def test_config_head_and_expert_counts_are_checked():
+    """C60 / C62: heads not a multiple of kv heads, more experts per token than experts."""
+    raw = json.loads((rnd.CONFIG_DIR / "tiny-qwen3-moe.json").read_text())
+    with pytest.raises(CheckpointError, match="multiple of num_key_value_heads"):
+        parse_config(dict(raw, num_key_value_heads=3))
+    with pytest.raises(CheckpointError, match="num_experts_per_tok 9 exceeds num_experts 8"):
+        parse_config(dict(raw, num_experts_per_tok=9))
+
+
+def test_dense_projections_stack_in_checkpoint_order(tmp_path):
+    """C48 / C49: gate rows then up rows; q, k, v rows in that order (against the stored float tensors)."""
+    out = rnd.write("tiny-llama", tmp_path, fmt="fp16", layers=1)
+    cfg, w = load_weights(out, progress=False)
+    t = load_file(str(out / "model.safetensors"))
+    p = "model.layers.0"
+    np.testing.assert_array_equal(w["layers"][0]["gate_up"], np.concatenate(
+        [t[f"{p}.mlp.gate_proj.weight"], t[f"{p}.mlp.up_proj.weight"]]))
+    np.testing.assert_array_equal(w["layers"][0]["qkv"], np.concatenate(
+        [t[f"{p}.self_attn.{n}_proj.weight"] for n in "qkv"]))
