@@ -266,8 +266,8 @@ def test_fp16_mode_rounds_float32_scales_once(tmp_path, fmt):
 def test_group_size_is_checked_before_reading_and_follows_a_4bit_checkpoint(tmp_path):
     """A hidden size 128 does not divide: weights='w4' with group_size 128 is refused before any tensor is read,
     naming the tensor and the group sizes that fit; an AWQ g64 checkpoint of that shape loads with the default
-    arguments, its float lm_head quantized at the checkpoint's own group size (it failed at 128 after loading every
-    layer, naming neither)."""
+    arguments (its float lm_head kept float16, as stored) and with weights='w4' at group_size 64 (its lm_head quantized
+    at that group size; it failed at 128 after loading every layer, naming neither)."""
     cfg = dict(rnd.shipped_config("tiny-llama"), hidden_size=192, num_attention_heads=3, num_key_value_heads=1,
                intermediate_size=320)
     dense = rnd.write(cfg, tmp_path / "fp16", fmt="fp16", layers=1)
@@ -278,7 +278,8 @@ def test_group_size_is_checked_before_reading_and_follows_a_4bit_checkpoint(tmp_
     assert load_weights(dense, "w4", 64, progress=False)[1]["lm_head"].group_size == 64
     awq = rnd.write(cfg, tmp_path / "awq", fmt="awq", layers=1, group=64)
     _, w = load_weights(awq, progress=False)
-    head = w["lm_head"]
+    np.testing.assert_array_equal(w["lm_head"], load_file(str(awq / "model.safetensors"))["lm_head.weight"])
+    head = load_weights(awq, "w4", 64, progress=False)[1]["lm_head"]
     assert isinstance(head, QuantizedW4) and head.group_size == 64
 
 
@@ -806,3 +807,53 @@ def test_dense_projections_stack_in_checkpoint_order(tmp_path):
         [t[f"{p}.mlp.gate_proj.weight"], t[f"{p}.mlp.up_proj.weight"]]))
     np.testing.assert_array_equal(w["layers"][0]["qkv"], np.concatenate(
         [t[f"{p}.self_attn.{n}_proj.weight"] for n in "qkv"]))
+
+
+# ---- config.json as transformers >= 5 writes it (found comparing against transformers 5.24, session 32) ----
+
+def _v5(raw: dict) -> dict:
+    """A transformers-4 style config rewritten as transformers 5 saves it: rope_theta and rope_scaling folded into
+    rope_parameters, num_experts renamed num_local_experts."""
+    out = {k: v for k, v in raw.items() if k not in ("rope_theta", "rope_scaling", "num_experts")}
+    out["rope_parameters"] = dict(raw.get("rope_scaling") or {"rope_type": "default"}, rope_theta=raw["rope_theta"])
+    if "num_experts" in raw:
+        out["num_local_experts"] = raw["num_experts"]
+    return out
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "Llama-3.2-1B", "Qwen3-30B-A3B"])
+def test_transformers_5_config_reads_as_the_legacy_one(name):
+    """rope_parameters carries rope_theta and the llama3 scaling (they were read as absent: theta 10000, no
+    scaling, silently wrong logits); num_local_experts is the expert count (a Qwen3-MoE config was refused as
+    missing num_experts)."""
+    raw = dict(rnd.shipped_config(name), rope_theta=123456.0)  # not transformers' default 10000
+    old, new = parse_config(raw), parse_config(_v5(raw))
+    for field in ("rope_theta", "rope_scaling", "num_experts", "head_dim", "experts_per_token"):
+        assert getattr(new, field) == getattr(old, field), field
+    assert new.rope_theta == 123456.0 and (new.rope_scaling is not None) == (raw.get("rope_scaling") is not None)
+
+
+def test_rope_parameters_rules():
+    raw = rnd.shipped_config("tiny-llama")
+    both = dict(_v5(raw), rope_theta=12345.0, rope_scaling=None)  # transformers: rope_parameters wins
+    assert parse_config(both).rope_theta == raw["rope_theta"] and parse_config(both).rope_scaling is not None
+    no_theta = _v5(raw)
+    del no_theta["rope_parameters"]["rope_theta"]
+    assert parse_config(no_theta).rope_theta == 10000.0  # absent: transformers' default
+    per_type = dict(_v5(raw), rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+    with pytest.raises(UnsupportedModelError, match="rope_parameters per attention type"):
+        parse_config(per_type)
+    with pytest.raises(CheckpointError, match="rope_parameters must be a table"):
+        parse_config(dict(_v5(raw), rope_parameters=5))
+    with pytest.raises(UnsupportedModelError, match="rope_scaling type 'yarn' is not supported"):
+        parse_config(dict(_v5(raw), rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6}))
+
+
+def test_qwen3_head_dim_defaults_to_128():
+    """transformers' Qwen3Config defaults head_dim to 128 (not hidden / heads); LlamaConfig and Qwen3MoeConfig use
+    hidden / heads."""
+    for name, want in (("tiny-qwen3", 128), ("tiny-llama", None), ("tiny-qwen3-moe", None)):
+        raw = {k: v for k, v in rnd.shipped_config(name).items() if k != "head_dim"}
+        cfg = parse_config(raw)
+        assert cfg.head_dim == (want or raw["hidden_size"] // raw["num_attention_heads"]), name

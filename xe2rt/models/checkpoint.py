@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +101,7 @@ class ModelConfig:
 
 
 HF_RMS_NORM_EPS, HF_ROPE_THETA = 1e-6, 10000.0
+QWEN3_HEAD_DIM = 128  # transformers' Qwen3Config default (Qwen3MoeConfig and LlamaConfig: hidden / heads)
 
 
 def _field(raw: dict, name: str, kind=int, default=None, path="config.json"):
@@ -193,6 +193,22 @@ def _parse_quant(raw: dict, path: str) -> QuantConfig:
                        fmt, raw=raw)
 
 
+def _rope_fields(raw: dict, path: str):
+    """(rope_scaling, a table holding rope_theta unless it is absent) as config.json gives them: transformers >= 5
+    writes one table `rope_parameters` (rope_theta, rope_type and the scaling's own fields) where earlier versions
+    wrote `rope_theta` and `rope_scaling`; as in transformers, rope_parameters wins where both are present."""
+    params = raw.get("rope_parameters")
+    if params is None:
+        return raw.get("rope_scaling"), raw
+    if not isinstance(params, dict):
+        raise CheckpointError(f"{path}: rope_parameters must be a table (or null), got {validate.shown(params)}")
+    if params and all(isinstance(v, dict) for v in params.values()):
+        raise UnsupportedModelError(f"{path}: rope_parameters per attention type ({', '.join(map(str, params))}) "
+                                    f"is not supported; supported: one table for every layer")
+    scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    return (scaling or None), (params if "rope_theta" in params else raw)
+
+
 def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: must hold a JSON table of model settings, got a {type(raw).__name__}")
@@ -218,13 +234,15 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     hidden = field("hidden_size")
     heads = field("num_attention_heads")
     kv_heads = field("num_key_value_heads", default=heads)
-    head_dim = field("head_dim") if raw.get("head_dim") is not None else hidden // heads
+    # absent head_dim: transformers' default, 128 for Qwen3Config, hidden_size // num_attention_heads otherwise
+    head_dim = field("head_dim") if raw.get("head_dim") is not None else \
+        QWEN3_HEAD_DIM if arch == "Qwen3ForCausalLM" else hidden // heads
     if heads % kv_heads:
         raise CheckpointError(f"{path}: num_attention_heads {heads} must be a multiple of num_key_value_heads "
                               f"{kv_heads}")
     if head_dim not in (64, 128):
         raise UnsupportedModelError(f"{path}: head_dim {head_dim} is not supported; supported: 64, 128")
-    scaling = raw.get("rope_scaling")
+    scaling, theta_from = _rope_fields(raw, path)
     if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default":
         scaling = None  # transformers' name for plain rotary embedding, the same as null
     if scaling is not None:
@@ -246,7 +264,8 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
     eos_ids = _eos_ids(raw, path)
     layers = field("num_hidden_layers")
     # absent: the defaults of transformers' LlamaConfig, Qwen3Config and Qwen3MoeConfig
-    eps, theta = field("rms_norm_eps", float, HF_RMS_NORM_EPS), field("rope_theta", float, HF_ROPE_THETA)
+    eps = field("rms_norm_eps", float, HF_RMS_NORM_EPS)
+    theta = _field(theta_from, "rope_theta", float, HF_ROPE_THETA, path)
     if eps > FLOAT32_MAX:  # the kernels take eps as a float
         raise CheckpointError(f"{path}: rms_norm_eps must be at most float32's largest number, got {eps!r}")
     if not theta > 1:  # rope_kv's rule: a base of 1 or less gives no rotation that depends on the position
@@ -256,7 +275,9 @@ def parse_config(raw: dict, path: str = "config.json") -> ModelConfig:
                       field("vocab_size"), eps, theta, scaling, _flag(raw, "tie_word_embeddings", False, path),
                       max_positions, eos_ids, quant=parse_quant(raw.get("quantization_config"), path), raw=raw)
     if arch == "Qwen3MoeForCausalLM":
-        cfg.num_experts = field("num_experts")
+        # transformers >= 5 writes num_local_experts (num_experts before)
+        cfg.num_experts = field("num_local_experts") if raw.get("num_experts") is None and \
+            raw.get("num_local_experts") is not None else field("num_experts")
         cfg.experts_per_token = field("num_experts_per_tok")
         cfg.moe_intermediate = field("moe_intermediate_size")
         cfg.norm_topk_prob = _flag(raw, "norm_topk_prob", False, path)
@@ -530,16 +551,6 @@ class Checkpoint:
 
 
 # ---------------------------------------------------------------------------------------------------------- linears
-def _ignored(prefix: str, ignore: tuple) -> bool:
-    for pat in ignore:
-        if pat.startswith("re:"):
-            if re.fullmatch(pat[3:], prefix) or re.match(pat[3:], prefix):
-                return True
-        elif prefix == pat or prefix.endswith("." + pat) or pat in prefix.split("."):
-            return True
-    return False
-
-
 def quantized_kind(ckpt: Checkpoint, prefix: str) -> str:
     """'float', 'gptq_awq' (.qweight) or 'ct' (.weight_packed): what the files hold for this linear."""
     if f"{prefix}.weight" in ckpt:

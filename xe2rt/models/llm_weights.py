@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import InputError
 from ..quant import GROUP_SIZES, QuantizedW4, QuantizedW8, SYMMETRIC_ZERO, quantize_w4, quantize_w8
 from ..quant_experts import QuantizedW4Experts
-from .checkpoint import (Checkpoint, CheckpointError, ModelConfig, UnsupportedModelError, _ignored, load_linear,
+from .checkpoint import (Checkpoint, CheckpointError, ModelConfig, UnsupportedModelError, load_linear,
                          quantized_kind)
 
 
@@ -84,16 +84,12 @@ def _progress(total_bytes: int, label: str):
 
 
 def _head_mode(cfg: ModelConfig, ckpt: Checkpoint, weights: str) -> str:
-    """How lm_head is held: it follows `weights`; with "auto" a 4-bit checkpoint gets a W4 lm_head unless the
-    config excludes lm_head from quantization (compressed-tensors ignore, AWQ modules_to_not_convert, GPTQ lm_head
-    false) or the files hold it quantized already."""
+    """How lm_head is held: it follows `weights`; with "auto" it is held as the files store it (a float lm_head, or a
+    tied one, stays float16; a quantized one stays W4), as transformers runs a 4-bit checkpoint: GPTQ and AWQ
+    checkpoints keep lm_head float whether or not their config names it."""
     if weights != "auto":
         return weights
-    q = cfg.quant
-    if q.method is None:
-        return "fp16"
-    excluded = _ignored("lm_head", q.ignore) or (q.method == "gptq" and q.raw.get("lm_head") is False)
-    return "auto" if excluded else "w4"
+    return "fp16" if cfg.quant.method is None else "auto"
 
 
 def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=lambda x: x, progress: bool = True,
@@ -198,8 +194,8 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
 
 def load_group_size(cfg: ModelConfig, weights: str, group_size: int) -> int:
     """The group size of W4 quantization on load: `group_size`, except that with weights="auto" a 4-bit checkpoint's
-    float lm_head (and float experts) are quantized at the checkpoint's own group size, like its other layers (a
-    g64 checkpoint whose hidden size 128 does not divide loads with the default arguments)."""
+    float experts are quantized at the checkpoint's own group size, like its other layers (a g64 checkpoint whose
+    hidden size 128 does not divide loads with the default arguments)."""
     own = cfg.quant.group_size
     return own if weights == "auto" and cfg.quant.method and own in GROUP_SIZES else group_size
 
