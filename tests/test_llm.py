@@ -536,3 +536,28 @@ def test_attention_bucket_is_the_smallest_power_of_two(queue, tmp_path):
                      max_tokens=136, progress=False)
     model.generate(np.arange(60, dtype=np.int32), 5)  # decode steps at lengths 61, 62, 63, 64
     assert {bucket for _, bucket in model._dec["attention"]} == {64}
+
+
+def test_float_moe_experts_are_exact(queue, tmp_path):
+    """A float Qwen3-MoE checkpoint's experts are held in float16 as stored (weights 'auto'): prompt logits and
+    greedy decode steps against the float64 forward of the stored tensors themselves, read with safetensors here (not
+    the model's reference_weights). Held as W4 (weights='w4', or 'auto' before session 32) the same model was at a
+    cosine of 0.86."""
+    from safetensors.numpy import load_file
+    from xe2rt.checks.llm import BOUND
+    from xe2rt.models.llm_weights import FloatExperts
+    from xe2rt.quant_experts import QuantizedW4Experts
+    from xe2rt.reference.llm import cosine_rows, forward
+    folder = rnd.write("tiny-qwen3-moe", tmp_path / "m", fmt="fp16", seed=5)
+    model = llm.load(folder, queue=queue, max_tokens=160, progress=False)
+    assert all(isinstance(layer["experts"], FloatExperts) for layer in model.w["layers"] if "experts" in layer)
+    stored = load_file(str(folder / "model.safetensors"))
+    w = {(k[:-len(".weight")] if k.endswith("_proj.weight") else k): v.astype(np.float64) for k, v in stored.items()}
+    w["lm_head"] = w.pop("lm_head.weight", w["model.embed_tokens.weight"])
+    ids = np.random.default_rng(2).integers(0, model.cfg.vocab, 130).astype(np.int32)
+    assert (1 - cosine_rows(model.logits(ids), forward(model.cfg, w, ids))).max() <= BOUND
+    tokens, logits = model.generate(ids[:9], 10, return_logits=True)
+    full = forward(model.cfg, w, np.concatenate([ids[:9], tokens[:-1]]))
+    assert (1 - cosine_rows(logits, full[8:])).max() <= BOUND
+    fast = llm.load(folder, queue=queue, weights="w4", group_size=64, max_tokens=16, progress=False)
+    assert all(isinstance(layer["experts"], QuantizedW4Experts) for layer in fast.w["layers"] if "experts" in layer)

@@ -228,9 +228,9 @@ def test_gptq_act_order(tmp_path):
         assert w["layers"][0]["o"][nn, kk] == np.float16(want)
 
 
-def test_act_order_moe_experts_are_refused_with_usable_advice(tmp_path):
-    """MoE experts are always W4: act-order experts cannot load in any mode, and the message says so (it advised
-    weights='fp16', which fails the same way)."""
+def test_act_order_moe_experts_refused_as_w4_and_exact_in_fp16(tmp_path):
+    """Act-order experts (a permuted g_idx) cannot be held as W4 groups: weights='auto' refuses them by name and
+    advises weights='fp16', which holds the experts in float16, dequantized through g_idx exactly."""
     out = rnd.write("tiny-qwen3-moe", tmp_path, fmt="gptq", layers=2, group=32, sym=False)
     st = out / "model.safetensors"
     t = load_file(str(st))
@@ -238,11 +238,16 @@ def test_act_order_moe_experts_are_refused_with_usable_advice(tmp_path):
     k = t[f"{prefix}.g_idx"].shape[0]
     t[f"{prefix}.g_idx"] = (np.random.default_rng(1).permutation(k) // 32).astype(np.int32)
     save_file(t, str(st))
-    for mode in ("auto", "fp16"):
-        with pytest.raises(UnsupportedModelError, match=r"experts\.3\.down_proj: GPTQ desc_act.*experts are always "
-                                                        r"held as W4.*use a desc_act=false checkpoint") as info:
-            load_weights(out, mode, progress=False)
-        assert "weights='fp16'" not in str(info.value)
+    with pytest.raises(UnsupportedModelError, match=r"experts\.3\.down_proj: GPTQ desc_act.*weights='fp16'"):
+        load_weights(out, "auto", progress=False)
+    cfg, w = load_weights(out, "fp16", progress=False)
+    down = w["layers"][1]["experts"].down[3]
+    qw, qz, sc, gi = (t[f"{prefix}.{x}"] for x in ("qweight", "qzeros", "scales", "g_idx"))
+    rows, cols = np.arange(cfg.hidden)[:, None], np.arange(k)[None, :]
+    codes = (qw[cols // 8, rows].astype(np.int64) >> (4 * (cols % 8))) & 15  # v1: zero point stored minus one
+    zeros = ((qz[gi[cols], rows // 8].astype(np.int64) >> (4 * (rows % 8))) & 15) + 1
+    want = (codes - zeros) * sc[gi[cols], rows].astype(np.float64)
+    np.testing.assert_array_equal(down, want.astype(np.float16))
 
 
 @pytest.mark.parametrize("fmt", ["gptq", "awq", "compressed-tensors"])

@@ -598,9 +598,7 @@ def _gptq(ckpt: Checkpoint, prefix: str, n: int, k: int, q: QuantConfig, want_fl
             j = int(np.argmax(bad))
             raise CheckpointError(f"{owner}.g_idx[{j}] = {int(gi[j])} is outside the groups [0, {k // g})")
         if permuted and not want_float:
-            advice = ("Qwen3-MoE experts are always held as W4 (xe2rt.moe_ffn_w4a16), so such experts cannot be "
-                      "loaded: use a desc_act=false checkpoint" if ".mlp.experts." in prefix else
-                      "load with weights='fp16' (dequantized exactly through g_idx) or use a desc_act=false checkpoint")
+            advice = "load with weights='fp16' (dequantized exactly through g_idx) or use a desc_act=false checkpoint"
             raise UnsupportedModelError(f"{owner}: GPTQ desc_act (act-order) with a permuted g_idx cannot be held as "
                                         f"W4 groups of consecutive k; {advice}")
         return _dequant_fp16(owner, codes, zeros.T, ckpt.f32(f"{prefix}.scales").T, gi)

@@ -25,6 +25,7 @@ the qkv GEMV and ln2 + silu_mul into the gate/up GEMV (gemv_w4a16's norm= / silu
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 import operator
 import time
@@ -40,7 +41,7 @@ from ..ops.gemv_common import MAX_M
 from ..ops.softmax_stats import MAX_TEMPERATURE, real_temperature
 from ..quant import QuantizedW4, QuantizedW8
 from .checkpoint import check_mode, read_config, tokenizer_for
-from .llm_weights import device_placer, load_weights, weight_bytes
+from .llm_weights import FloatExperts, device_placer, load_weights, weight_bytes
 
 MOE_CHUNK = 64  # moe_ffn_w4a16 takes at most 64 tokens per call
 MLP_CHUNK = 512  # prompt rows per dense-MLP pass (bounds the gate_up and silu temporaries of a long prompt)
@@ -177,6 +178,31 @@ class DecoderLM:
         if self.timer is not None:
             self.timer(family)
 
+    def _moe(self, y, experts, ids, wt, out):
+        """out [T, H] = the MoE FFN of y [T, H] for the routing (ids, wt) [T, k]: moe_ffn_w4a16 for W4 experts; float
+        experts exactly, with the fp16 GEMV / GEMM kernels: every expert's silu(y G_e) * (y U_e) D_e, weighted by
+        r[t, e] (wt[t, j] where ids[t, j] == e, else 0) and summed in float32, one rounding to float16. That computes
+        all E experts where k are chosen (E / k times the work of the W4 kernel): the exact path for float
+        checkpoints, which weights="w4" replaces by the fast one."""
+        import xe2rt
+        if not isinstance(experts, FloatExperts):
+            xe2rt.moe_ffn_w4a16(y, experts, ids, wt, out=out)
+            self._t("moe_ffn_w4a16")
+            return out
+        e_all = experts.num_experts
+        r = dpnp.zeros((y.shape[0], e_all), dtype=np.float32, sycl_queue=self.queue)
+        columns = dpnp.arange(e_all, dtype=np.int32, sycl_queue=self.queue)
+        for j in range(ids.shape[1]):
+            r += (ids[:, j:j + 1] == columns) * wt[:, j:j + 1].astype(np.float32)
+        acc = dpnp.zeros(out.shape, dtype=np.float32, sycl_queue=self.queue)
+        silu_mul = _op("silu_mul")
+        for e in range(e_all):
+            act = silu_mul(self._linear(y, experts.gate_up[e]))
+            acc += r[:, e:e + 1] * self._linear(act, experts.down[e]).astype(np.float32)
+        out[...] = acc.astype(np.float16)
+        self._t("moe float experts")
+        return out
+
     def _linear(self, x, w, out=None):
         m = x.shape[0]
         import xe2rt
@@ -291,8 +317,7 @@ class DecoderLM:
                     wt, ids = xe2rt.softmax_topk(logits[r:r + MOE_CHUNK], cfg.experts_per_token,
                                                  normalize=cfg.norm_topk_prob)
                     self._t("softmax_topk")
-                    xe2rt.moe_ffn_w4a16(y[r:r + MOE_CHUNK], layer["experts"], ids, wt, out=delta[r:r + MOE_CHUNK])
-                    self._t("moe_ffn_w4a16")
+                    self._moe(y[r:r + MOE_CHUNK], layer["experts"], ids, wt, delta[r:r + MOE_CHUNK])
             else:
                 delta = delta_buf
                 # equal chunks of at most MLP_CHUNK rows: a prompt's rows all take the GEMM path (a short last chunk
@@ -370,7 +395,10 @@ class DecoderLM:
                 p["softmax_topk"] = xe2rt.bind(xe2rt.softmax_topk, p["router"].result, cfg.experts_per_token,
                                                normalize=cfg.norm_topk_prob)
                 wt, ids = p["softmax_topk"].result
-                p["moe_ffn_w4a16"] = xe2rt.bind(xe2rt.moe_ffn_w4a16, y, layer["experts"], ids, wt, out=delta)
+                if isinstance(layer["experts"], FloatExperts):  # dpnp work as well as launches: called, not bound
+                    p["moe_float"] = functools.partial(self._moe, y, layer["experts"], ids, wt, delta)
+                else:
+                    p["moe_ffn_w4a16"] = xe2rt.bind(xe2rt.moe_ffn_w4a16, y, layer["experts"], ids, wt, out=delta)
             else:
                 p["gate_up"] = xe2rt.bind(self._linear, y, layer["gate_up"])
                 p["silu_mul"] = xe2rt.bind(silu_mul, p["gate_up"].result)

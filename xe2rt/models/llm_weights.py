@@ -9,8 +9,9 @@ built, so the host holds at most one layer's temporaries):
   gate_up         [2 I, H]                 gate rows then up rows (silu_mul's [gate | up] halves)
   down            [H, I]
   router          float16 [E, H]           MoE layers: mlp.gate
-  experts         QuantizedW4Experts       MoE layers (float experts are quantized to W4 with group_size on load:
-                                           xe2rt's MoE FFN is W4A16)
+  experts         FloatExperts or          MoE layers: float experts as stored (weights "auto" / "fp16"), or
+                  QuantizedW4Experts       W4 for xe2rt's MoE FFN kernel (4-bit checkpoints; weights="w4"
+                                           quantizes float experts with group_size on load)
 Linears are float16 numpy [N, K], QuantizedW4 or QuantizedW8 (xe2rt.quant), chosen by `weights` (see
 checkpoint.load_linear). Stacking quantized rows keeps the codes as they are (one group size per stack).
 """
@@ -140,7 +141,7 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
             layer["o"] = place(linear(f"{p}.self_attn.o_proj", h, hq * d))
             if cfg.is_moe_layer(i):
                 layer["router"] = place(ckpt.fp16(f"{p}.mlp.gate.weight", (cfg.num_experts, h)))
-                layer["experts"] = place(_experts(ckpt, cfg, p, linear, group_size))
+                layer["experts"] = place(_experts(ckpt, cfg, p, linear, group_size, weights))
             else:
                 m = cfg.intermediate
                 layer["gate_up"] = place(stack_rows([linear(f"{p}.mlp.gate_proj", m, h),
@@ -258,11 +259,54 @@ def _same(ckpt: Checkpoint, a: str, b: str) -> bool:
     return all(np.array_equal(x, y) for (_, x), (_, y) in zip(ckpt.fp16_rows(a), ckpt.fp16_rows(b)))
 
 
-def _experts(ckpt: Checkpoint, cfg: ModelConfig, p: str, linear, group_size: int) -> QuantizedW4Experts:
+class FloatExperts:
+    """A MoE layer's experts held in float16, as a float checkpoint stores them (weights "auto" / "fp16"): gate_up
+    [E, 2 I, H] (each expert's gate rows, then its up rows) and down [E, H, I]. xe2rt.models.llm runs them exactly
+    with the fp16 GEMV / GEMM kernels (every expert, weighted by the routing: DecoderLM._moe); the W4 MoE kernel
+    takes QuantizedW4Experts (weights="w4", or a 4-bit checkpoint)."""
+
+    def __init__(self, gate_up, down, num_experts: int):
+        self.gate_up, self.down, self.num_experts = gate_up, down, int(num_experts)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.gate_up.nbytes) + int(self.down.nbytes)
+
+    def to_device(self, queue) -> "FloatExperts":
+        import dpnp
+        return FloatExperts(dpnp.asarray(self.gate_up, sycl_queue=queue), dpnp.asarray(self.down, sycl_queue=queue),
+                            self.num_experts)
+
+    def to_host(self) -> "FloatExperts":
+        import dpnp
+        host = [a if isinstance(a, np.ndarray) else dpnp.asnumpy(a) for a in (self.gate_up, self.down)]
+        return FloatExperts(*host, self.num_experts)
+
+    def dequantize(self):
+        """(gate_up, down) as numpy float16 arrays (the weights themselves: nothing to dequantize)."""
+        host = self.to_host()
+        return host.gate_up, host.down
+
+
+def _experts(ckpt: Checkpoint, cfg: ModelConfig, p: str, linear, group_size: int, weights: str):
+    """The experts of MoE layer p: FloatExperts when every expert is stored float and weights is "auto" or "fp16" (or
+    weights is "fp16": 4-bit experts dequantized), else QuantizedW4Experts (float ones quantized with group_size)."""
     h, m, e = cfg.hidden, cfg.moe_intermediate, cfg.num_experts
+    names = [f"{p}.mlp.experts.{x}.{n}" for x in range(e) for n in ("gate_proj", "up_proj", "down_proj")]
+    stored_float = all(quantized_kind(ckpt, n) == "float" for n in names)
+    if weights == "fp16" or (weights == "auto" and stored_float):
+        gate_up = np.empty((e, 2 * m, h), np.float16)
+        down = np.empty((e, h, m), np.float16)
+        for x in range(e):
+            q = f"{p}.mlp.experts.{x}"
+            gate_up[x, :m] = linear(f"{q}.gate_proj", m, h, "fp16")
+            gate_up[x, m:] = linear(f"{q}.up_proj", m, h, "fp16")
+            down[x] = linear(f"{q}.down_proj", h, m, "fp16")
+        return FloatExperts(gate_up, down, e)
     if h % 128 or m % 128:
         raise UnsupportedModelError(f"{ckpt.folder}: MoE hidden {h} and moe_intermediate_size {m} must be multiples "
-                                    f"of 128 (xe2rt.moe_ffn_w4a16)")
+                                    f"of 128 (xe2rt.moe_ffn_w4a16, the W4 experts' kernel; weights='fp16' holds "
+                                    f"float experts)")
 
     def w4(prefix, n, k):
         w = linear(prefix, n, k, "auto")
@@ -287,7 +331,7 @@ def device_placer(queue):
     import dpnp
 
     def place(obj):
-        if isinstance(obj, (QuantizedW4, QuantizedW8, QuantizedW4Experts)):
+        if isinstance(obj, (QuantizedW4, QuantizedW8, QuantizedW4Experts, FloatExperts)):
             return obj.to_device(queue)
         return dpnp.asarray(obj, sycl_queue=queue)
 
