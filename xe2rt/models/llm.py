@@ -13,6 +13,7 @@ One layer, T tokens at positions [p, p + T) (x: the residual stream, delta: the 
   delta  = linear(a, o);  y, x = rms_norm(delta, ln2, residual=x)
   dense: delta = linear(silu_mul(linear(y, gate_up)), down)
   MoE:   w, ids = softmax_topk(linear(y, router), k, normalize=norm_topk_prob); delta = moe_ffn_w4a16(y, experts, ...)
+         (float experts, held as stored: every expert's FFN weighted by the routing, DecoderLM._moe)
 linear(x, W): M <= 16 rows -> gemv_fp16 / gemv_w4a16 / gemv_w8a16 (decode); more -> gemm_fp16 / gemm_w4a16, W8 in
 chunks of 16 rows of the batched gemv_w8a16. Then y = rms_norm(delta, norm, residual=x), logits = linear(y, lm_head).
 The KV cache is one pair of float16 [Hkv, max_tokens, D] arrays per layer on the device. Sampling runs on the device
