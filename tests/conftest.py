@@ -35,6 +35,13 @@ def to_device(a, queue):
     return dpnp.asarray(a, sycl_queue=queue)
 
 
+def guarded(queue, shape, fill=7.0, guard=64):
+    """A float16 view of `shape` inside one allocation filled with `fill`, and the guards before and after it."""
+    n = int(np.prod(shape))
+    big = to_device(np.full(n + 2 * guard, fill, np.float16), queue)
+    return big[guard:guard + n].reshape(shape), big[:guard], big[guard + n:]
+
+
 # ---- parallel runs (pytest-xdist, `--dist loadgroup`) ----
 # Most of the suite's time is the OpenCL CPU compiler building the Xe2-shaped kernels (about 9 s per bmg W4 kernel),
 # and every worker process builds the kernels its tests launch. Tests that launch the same family's bmg / lnl binaries

@@ -9,7 +9,7 @@ import xe2rt
 from xe2rt.checks import decoder_small as cases
 from xe2rt.reference import decoder as ref
 
-from conftest import TARGETS, to_device
+from conftest import TARGETS, guarded, to_device
 
 CHECKS = cases.checks(quick=False)
 
@@ -89,18 +89,11 @@ def test_rope_unchecked_positions_never_write_outside(queue, rng, target):
         assert (h[:size] == 5).all() and (h[3 * size:] == 5).all(), bad
 
 
-def _guarded(queue, shape, fill=7.0, guard=64):
-    """A float16 view of `shape` inside one allocation filled with `fill`, and the guards before and after it."""
-    n = int(np.prod(shape))
-    big = to_device(np.full(n + 2 * guard, fill, np.float16), queue)
-    return big[guard:guard + n].reshape(shape), big[:guard], big[guard + n:]
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_silu_mul_writes_nothing_past_out(queue, rng, target):
     for inter in (77, 1000):  # not multiples of 128 or 64: every kernel's last chunk is partial
         gu = (2 * rng.standard_normal((3, 2 * inter))).astype(np.float16)
-        out, before, after = _guarded(queue, (3, inter))
+        out, before, after = guarded(queue, (3, inter))
         xe2rt.silu_mul(to_device(gu, queue), out=out, target=target)
         assert (before.asnumpy() == 7).all() and (after.asnumpy() == 7).all(), inter
         np.testing.assert_allclose(out.asnumpy(), ref.silu_mul_ref(gu), rtol=2e-3, atol=1e-4)

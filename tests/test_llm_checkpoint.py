@@ -25,15 +25,18 @@ def nib(word, j):
 
 
 def decode_reference(fmt: str, t: dict, prefix: str, n: int, k: int, v2: bool = False) -> np.ndarray:
-    """w[n, k] from the stored tensors, element by element from the layout rules of TOOLCHAIN.md section 7."""
+    """w[n, k] from the stored tensors, element by element from the layout rules of TOOLCHAIN.md section 7 (GPTQ: k's
+    group from g_idx where the file has one, so an act-order permutation is followed)."""
     w = np.zeros((n, k))
     if fmt == "gptq":
         qw, qz, s = t[f"{prefix}.qweight"], t[f"{prefix}.qzeros"], t[f"{prefix}.scales"].astype(np.float64)
         g = k // s.shape[0]
+        groups = t[f"{prefix}.g_idx"] if f"{prefix}.g_idx" in t else np.arange(k) // g
         for kk in range(k):
+            gk = groups[kk]
             for nn in range(n):
-                z = nib(qz[kk // g, nn // 8], nn % 8) + (0 if v2 else 1)
-                w[nn, kk] = (nib(qw[kk // 8, nn], kk % 8) - z) * s[kk // g, nn]
+                z = nib(qz[gk, nn // 8], nn % 8) + (0 if v2 else 1)
+                w[nn, kk] = (nib(qw[kk // 8, nn], kk % 8) - z) * s[gk, nn]
     elif fmt == "awq":
         order = (0, 2, 4, 6, 1, 3, 5, 7)
         qw, qz, s = t[f"{prefix}.qweight"], t[f"{prefix}.qzeros"], t[f"{prefix}.scales"].astype(np.float64)
@@ -241,13 +244,8 @@ def test_act_order_moe_experts_refused_as_w4_and_exact_in_fp16(tmp_path):
     with pytest.raises(UnsupportedModelError, match=r"experts\.3\.down_proj: GPTQ desc_act.*weights='fp16'"):
         load_weights(out, "auto", progress=False)
     cfg, w = load_weights(out, "fp16", progress=False)
-    down = w["layers"][1]["experts"].down[3]
-    qw, qz, sc, gi = (t[f"{prefix}.{x}"] for x in ("qweight", "qzeros", "scales", "g_idx"))
-    rows, cols = np.arange(cfg.hidden)[:, None], np.arange(k)[None, :]
-    codes = (qw[cols // 8, rows].astype(np.int64) >> (4 * (cols % 8))) & 15  # v1: zero point stored minus one
-    zeros = ((qz[gi[cols], rows // 8].astype(np.int64) >> (4 * (rows % 8))) & 15) + 1
-    want = (codes - zeros) * sc[gi[cols], rows].astype(np.float64)
-    np.testing.assert_array_equal(down, want.astype(np.float16))
+    want = decode_reference("gptq", t, prefix, cfg.hidden, k)  # through the permuted g_idx
+    np.testing.assert_array_equal(w["layers"][1]["experts"].down[3], want.astype(np.float16))
 
 
 @pytest.mark.parametrize("fmt", ["gptq", "awq", "compressed-tensors"])
@@ -727,16 +725,6 @@ def test_random_command_line_is_one_line(tmp_path):
 
 # ---- found by mutation testing (session 32): loader rules checked against the stored tensors and HF's defaults ----
 
-def _set_dtype(path, name, dtype):
-    data = path.read_bytes()
-    n = struct.unpack("<Q", data[:8])[0]
-    table = json.loads(data[8:8 + n])
-    table[name]["dtype"] = dtype
-    head = json.dumps(table).encode()
-    head += b" " * (-len(head) % 8)
-    path.write_bytes(struct.pack("<Q", len(head)) + head + data[8 + n:])
-
-
 def test_bf16_scales_in_fp16_mode(tmp_path):
     """C10: compressed-tensors checkpoints of bf16 models store weight_scale as BF16; weights='fp16' must decode the
     scale bits as the top half of a float32 (decoded here with struct, independently of xe2rt)."""
@@ -747,7 +735,8 @@ def test_bf16_scales_in_fp16_mode(tmp_path):
     bits = rnd.bf16_bits(t[f"{prefix}.weight_scale"].astype(np.float32) * np.float32(1.001))
     t[f"{prefix}.weight_scale"] = bits.view(np.int16)
     save_file(t, str(st))
-    _set_dtype(st, f"{prefix}.weight_scale", "BF16")
+    _edit_header(st, lambda table: {**table, f"{prefix}.weight_scale": {**table[f"{prefix}.weight_scale"],
+                                                                       "dtype": "BF16"}})
     _, w = load_weights(out, "fp16", progress=False)
     qw = t[f"{prefix}.weight_packed"]
     for nn, kk in [(0, 0), (5, 77), (255, 255), (100, 200)]:

@@ -84,7 +84,7 @@ def _progress(total_bytes: int, label: str):
     return tqdm(total=total_bytes, unit="B", unit_scale=True, desc=label, file=sys.stderr, delay=1.0, leave=False)
 
 
-def _head_mode(cfg: ModelConfig, ckpt: Checkpoint, weights: str) -> str:
+def _head_mode(cfg: ModelConfig, weights: str) -> str:
     """How lm_head is held: it follows `weights`; with "auto" it is held as the files store it (a float lm_head, or a
     tied one, stays float16; a quantized one stays W4), as transformers runs a 4-bit checkpoint: GPTQ and AWQ
     checkpoints keep lm_head float whether or not their config names it."""
@@ -150,7 +150,7 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
             out["layers"].append(layer)
             tick()
         out["norm"] = place(ckpt.fp16("model.norm.weight", (h,)))
-        head_mode = _head_mode(cfg, ckpt, weights)
+        head_mode = _head_mode(cfg, weights)
         if cfg.tie_embeddings and "lm_head.weight" in ckpt and not _same(ckpt, "lm_head.weight",
                                                                            "model.embed_tokens.weight"):
             raise CheckpointError(f"{folder}: config.json says tie_word_embeddings true but lm_head.weight differs "
@@ -204,7 +204,7 @@ def load_group_size(cfg: ModelConfig, weights: str, group_size: int) -> int:
 def _check_group_size(ckpt: Checkpoint, cfg: ModelConfig, weights: str, g: int) -> None:
     """Before anything is read: every float linear that W4 quantization on load will group has a K that g divides
     (quantize_w4 would refuse it only after the layers before it were loaded, without naming the tensor)."""
-    head = _head_mode(cfg, ckpt, weights) == "w4"
+    head = _head_mode(cfg, weights) == "w4"
     linears = []
     if weights == "w4":
         for i in range(cfg.layers):
