@@ -133,9 +133,38 @@ def test_no_other_module_touches_private_internals():
                     offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno} imports {names}")
             if name in PRIVATE_NAMES:
                 offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno} .{name}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("_ZN"):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno} C++ symbol {node.value}")
     assert not offenders, offenders
 
 
 def test_environ_key_types_match():
     assert type(_compat.environ_key("X")) is (bytes if _compat._environ_bytes is not None else str)
     assert os.environ.get("XE2RT_NOT_SET_ANYWHERE") is None
+
+
+def test_native_opencl_handles_are_the_sycl_objects(queue):
+    """libsycl's sycl::queue::getNative / sycl::kernel::getNative, called by name for xe2rt.graph, still give the
+    OpenCL queue (in order exactly when the SYCL queue is) and the kernel of the same name."""
+    import ctypes
+    from xe2rt import graphs
+    if not _compat.PINNED_VERSIONS:
+        assert _compat.native_opencl_queue(queue) is None
+        return
+    cl = graphs._opencl()
+    for q in (queue, dpctl.SyclQueue(queue.sycl_context, queue.sycl_device, property="in_order")):
+        handle = _compat.native_opencl_queue(q)
+        assert handle, "sycl::queue::getNative gave no OpenCL queue"
+        props = ctypes.c_uint64()
+        assert cl.queue_info(handle, graphs.CL_QUEUE_PROPERTIES, 8, ctypes.byref(props), None) == 0
+        assert bool(props.value & graphs.CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) == (not q.is_in_order)
+        cl.release_queue(handle)
+    kernel = xe2rt.load(PACKAGE / "kernels", queue=queue, target="cpu", module="stream_read").kernel()
+    handle = _compat.native_opencl_kernel(kernel.sycl_kernel)
+    assert handle, "sycl::kernel::getNative gave no OpenCL kernel"
+    get_info = ctypes.CDLL("libOpenCL.so.1").clGetKernelInfo
+    get_info.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+    name = ctypes.create_string_buffer(256)
+    assert get_info(handle, 0x1190, 256, name, None) == 0  # CL_KERNEL_FUNCTION_NAME
+    assert name.value.decode() == kernel.sycl_kernel.get_function_name()
+    cl.release_kernel(handle)

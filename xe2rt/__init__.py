@@ -58,6 +58,7 @@ from .quant_experts import (QuantizedW4Experts, experts_from_awq, experts_from_g
                             quantize_w4_experts)
 from .targets import target_for  # noqa: E402
 from .plan import Plan, bind  # noqa: E402
+from .graphs import Graph, graph  # noqa: E402
 from .module import Kernel, LocalMemory, Module, load  # noqa: E402
 from .warmup import warmup  # noqa: E402
 
@@ -65,7 +66,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "gemm_fp16", "gemv_fp16", "softmax_topk", "topk", "softmax_stats", "info", "target_for", "__version__", "bind",
-    "Plan", "warmup",
+    "Plan", "graph", "Graph", "warmup",
     "gemv_w4a16", "gemv_w8a16", "gemm_w4a16", "QuantizedW4", "QuantizedW8", "quantize_w4", "quantize_w8",
     "from_gptq", "from_awq",
     "moe_ffn_w4a16", "moe_layer", "QuantizedW4Experts", "quantize_w4_experts", "experts_from_gptq",

@@ -11,6 +11,10 @@ xe2rt's warm path costs a few microseconds per launch; four things it needs have
   querying and rebuilding the C++ lists (`_LaunchState`, a subclass). Public equivalent: `submitted_events` +
   `add_event_pair`, whose list grows with every un-completed launch.
 - CPython's `os.environ._data` (bytes keys): reading an XE2RT_* variable per warm call at a tenth of `os.environ.get`.
+- libsycl's exported members `sycl::queue::getNative(int&)` and `sycl::kernel::getNative()` (called by name through
+  ctypes; they are what the SYCL 2020 interop function `sycl::get_native<backend::opencl>` calls, which dpctl does
+  not expose): the OpenCL command queue and kernel behind a dpctl queue and kernel, for xe2rt.graph's command
+  buffers. Public equivalent: none; without them a graph replays its plans one launch at a time (xe2rt.graph).
 
 Each is used only when the installed version is the pinned one (pyproject.toml); otherwise the public equivalent is
 the one code path. tests/test_compat.py checks every internal against its public equivalent, so a change in a pinned
@@ -166,6 +170,46 @@ def submit_ordered(launch, args, in_order: bool) -> dpctl.SyclEvent:
     if type(manager) is _Manager:
         manager.__class__ = _FlushingManager
     return event
+
+
+# ---- native OpenCL handles behind SYCL objects (xe2rt.graph) ----
+
+def _sycl_native_getters():
+    """(queue getter, kernel getter) bound through dpctl's C API library, whose dependency libsycl exports them; None
+    when this is not the pinned dpctl's runtime or a symbol is missing."""
+    if not PINNED_VERSIONS:
+        return None
+    import ctypes
+    from . import _capi
+    try:
+        queue_get = _capi._lib["_ZNK4sycl3_V15queue9getNativeERi"]
+        kernel_get = _capi._lib["_ZNK4sycl3_V16kernel9getNativeEv"]
+    except AttributeError:
+        return None
+    queue_get.restype, queue_get.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    kernel_get.restype, kernel_get.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    return queue_get, kernel_get
+
+
+_native_getters = _sycl_native_getters()
+
+
+def native_opencl_queue(queue: dpctl.SyclQueue) -> int | None:
+    """The cl_command_queue behind an OpenCL-backend dpctl queue (a reference the caller releases), or None when the
+    queue is not OpenCL's or this runtime is not the pinned one. For an in-order SYCL queue it is the one in-order
+    OpenCL queue every command of that SYCL queue is enqueued to."""
+    if _native_getters is None or queue.backend != dpctl.backend_type.opencl:
+        return None
+    import ctypes
+    descriptor = ctypes.c_int(0)
+    return _native_getters[0](queue.addressof_ref(), ctypes.byref(descriptor)) or None
+
+
+def native_opencl_kernel(sycl_kernel) -> int | None:
+    """The cl_kernel behind a dpctl SyclKernel of an OpenCL-backend program (a reference the caller releases)."""
+    if _native_getters is None:
+        return None
+    return _native_getters[1](sycl_kernel.addressof_ref()) or None
 
 
 # ---- environment ----

@@ -7,6 +7,8 @@ XE2RT_NO_ICD_SETUP  set to 1 to stop `import xe2rt` from pointing OCL_ICD_FILENA
                     CPU runtime (it only ever does so when OCL_ICD_FILENAMES is unset)
 XE2RT_CACHE_DIR     folder for Module.from_source builds (default ~/.cache/xe2rt/from_source)
 XE2RT_MODEL_CACHE   folder for downloaded model wheels (xe2rt.models; default ~/.cache/xe2rt/models)
+XE2RT_NATIVE_GRAPH  set to 0 to make xe2rt.graph (and the LLM decode step) replay plans launch by launch instead of
+                    recording OpenCL command buffers (default 1)
 XE2RT_BENCH_DECODE_LAYERS  decoder layers of `bench --families decode`'s random checkpoints (default 4; 1 with
                     --quick)
 """
@@ -46,6 +48,14 @@ def kernel_dir() -> Path:
     if not (path / "manifest.json").is_file():
         raise ConfigError(f"XE2RT_KERNEL_DIR={value!r} has no manifest.json")
     return path
+
+
+def native_graph_enabled() -> bool:
+    value = os.environ.get("XE2RT_NATIVE_GRAPH", "").strip()
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"XE2RT_NATIVE_GRAPH={value!r}: use 0 to replay graphs launch by launch, 1 or unset to "
+                          f"record OpenCL command buffers where the queue allows")
+    return value != "0"
 
 
 def icd_setup_enabled() -> bool:

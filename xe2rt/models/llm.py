@@ -159,6 +159,12 @@ class DecoderLM:
         self._busy = None  # the call running now (_exclusive)
         self.step_seconds: list = []  # seconds of each step of the latest generate: [prompt + first token, decode...]
         self._argmax = None
+        # the decode step as one xe2rt.graph per (bucket of lengths, greedy): one OpenCL command buffer where the queue
+        # allows (xe2rt.graphs), None where it does not (the plans are then called one by one)
+        from .. import config
+        self.native_graphs = config.native_graph_enabled()
+        self._graphs: dict = {}
+        self._argmax_done = False  # the latest step's graph ran the greedy argmax
         self._stats = None  # (temperature, its softmax_stats plan, the plan's output memory, a host array)
         self._candidates = {}  # window -> the topk plan of the sampling candidates, its outputs' memory, host arrays
         self._host_argmax = (np.empty(1, np.int32), np.empty(max(self._arg_rows, 1), np.int32))
@@ -420,11 +426,16 @@ class DecoderLM:
                      "attn_ws": buf(attention.workspace_floats(attention.MAX_SPLITS, hq, d), dtype=np.float32)}
         return self._dec
 
+    def _bucket(self, length: int) -> int:
+        """The attention plans' bucket of a length: the smallest power of two >= length, at least 64, at most
+        max_tokens."""
+        return min(self.max_tokens, max(64, 1 << (length - 1).bit_length()))
+
     def _attention(self, i: int, length: int):
-        """Layer i's decode attention plan for a step of this length: bound once per bucket of lengths (the
-        smallest power of two >= length, at least 64, at most max_tokens), the length read from the device."""
+        """Layer i's decode attention plan for a step of this length: bound once per bucket of lengths (_bucket),
+        the length read from the device."""
         dec = self._dec
-        bucket = min(self.max_tokens, max(64, 1 << (length - 1).bit_length()))
+        bucket = self._bucket(length)
         plan = dec["attention"].get((i, bucket))
         if plan is None:
             import xe2rt
@@ -434,9 +445,39 @@ class DecoderLM:
                 dec["attn_ws"], max_length=bucket, out=dec["attn"])
         return plan
 
-    def _decode(self, token: int, start: int):
-        """One decode step (token at position `start` > 0, the cache holding [0, start)) through the bound plans:
-        logits fp16 [1, V] in a fixed buffer, queued without waiting."""
+    def _step_graph(self, length: int, greedy: bool):
+        """The decode step of this length's bucket as one native xe2rt.graph: every layer's plans, the final norm and
+        the lm_head, and with `greedy` the argmax's two launches; None while profile_step times each op, when
+        native graphs are off (XE2RT_NATIVE_GRAPH=0, `native_graphs`), or where the graph would not be one command
+        buffer (a step that is not all plans, a queue or device without command buffers): the step then calls its
+        plans one by one, which is what a graph replaying launch by launch would do."""
+        if self.timer is not None or not self.native_graphs:
+            return None
+        greedy = bool(greedy) and self._arg_rows > 0
+        key = (self._bucket(length), greedy)
+        graph = self._graphs.get(key, False)
+        if graph is False:
+            import xe2rt
+            dec, plans = self._dec, []
+            for i, p in enumerate(dec["layers"]):  # _decode's order
+                for name, plan in p.items():
+                    plans.append(plan)
+                    if name == "rope_kv":
+                        plans.append(self._attention(i, length))
+            plans += [dec["norm"], dec["head"]]
+            if greedy:
+                plans += self._argmax_plans()[:2]
+            graph = None
+            if all(isinstance(plan, xe2rt.Plan) for plan in plans):  # a float-experts MoE step calls dpnp work
+                graph = xe2rt.graph(plans)
+                graph = graph if graph.native else None
+            self._graphs[key] = graph
+        return graph
+
+    def _decode(self, token: int, start: int, greedy: bool = False):
+        """One decode step (token at position `start` > 0, the cache holding [0, start)): logits fp16 [1, V] in a
+        fixed buffer. Through the step's native graph when there is one (waited for, the greedy argmax included
+        when `greedy`), else through the bound plans, queued without waiting."""
         dec = self._decode_plans()
         # the embedding row into the fixed residual buffer, [position, length] (read by rope_kv and the attention on
         # the device) from a fixed host array: two queue.memcpy_async, about 10 us each against about 100 us per
@@ -452,6 +493,12 @@ class DecoderLM:
         for event in events:
             manager.add_event_pair(event, event)
         self._t("embedding")
+        graph = self._step_graph(start + 1, greedy)
+        if graph is not None:
+            graph()
+            graph.wait()  # on the CPU device the waiting thread helps run the step (xe2rt.graphs)
+            self._argmax_done = bool(greedy) and self._arg_rows > 0
+            return dec["logits"]
         timed = self.timer is not None
         for i, p in enumerate(dec["layers"]):
             for name, plan in p.items():
@@ -553,7 +600,7 @@ class DecoderLM:
                     stream(token)
                 if len(out) == max_new_tokens or token in stops:
                     break
-                logits = self._decode(token, pos)
+                logits = self._decode(token, pos, greedy=np.float32(temperature) == 0)
                 pos += 1
             tokens = np.asarray(out, np.int32)
             return (tokens, np.stack(kept)) if return_logits else tokens
@@ -562,16 +609,12 @@ class DecoderLM:
         """The next token, chosen on the device from logits [1, V]; only the choice is read back."""
         if np.float32(temperature) == 0:  # 0, or a temperature below float32's smallest: greedy (the limit)
             if self._arg_rows and logits is self._logit_row:
-                if self._argmax is None:
-                    import xe2rt
-                    rows = xe2rt.bind(xe2rt.topk, self._logit_buf.reshape(self._arg_rows, ARG_ROW), 1)
-                    top = xe2rt.bind(xe2rt.topk, rows.result[0].reshape(1, self._arg_rows), 1)
-                    # the memory objects the readback copies from (the plans return the same arrays every call)
-                    self._argmax = (rows, top, launch.memory_at(rows.result[1].get_array()),
-                                    launch.memory_at(top.result[1].get_array()))
-                rows, top, idx_memory, row_memory = self._argmax
-                rows()
-                top()
+                rows, top, idx_memory, row_memory = self._argmax_plans()
+                if self._argmax_done:  # the step's graph ran them
+                    self._argmax_done = False
+                else:
+                    rows()
+                    top()
                 self._t("argmax")
                 host_row, host_idx = self._host_argmax
                 launch.read_back([(row_memory, host_row), (idx_memory, host_idx)], self.queue)
@@ -598,6 +641,18 @@ class DecoderLM:
         vals = row[order]
         p = self._nucleus(self._exp_shifted(vals, vals[0], t), top_p)
         return int(dpnp.asnumpy(order[self._inverse_cdf(dpnp.cumsum(p), u)])[0])
+
+    def _argmax_plans(self) -> tuple:
+        """(rows plan, top plan, device memory of the row's index, of the row maxima's index): the greedy argmax of
+        the padded logits row in two xe2rt.topk launches, bound at first use."""
+        if self._argmax is None:
+            import xe2rt
+            rows = xe2rt.bind(xe2rt.topk, self._logit_buf.reshape(self._arg_rows, ARG_ROW), 1)
+            top = xe2rt.bind(xe2rt.topk, rows.result[0].reshape(1, self._arg_rows), 1)
+            # the memory objects the readback copies from (the plans return the same arrays every call)
+            self._argmax = (rows, top, launch.memory_at(rows.result[1].get_array()),
+                            launch.memory_at(top.result[1].get_array()))
+        return self._argmax
 
     def _sample_rows(self, t: float, top_k: int, top_p: float, u: float) -> int | None:
         """A sampled token from the logits buffer's rows of ARG_ROW: the device makes the one pass over the
