@@ -146,8 +146,20 @@ class _CommandBuffer:
     """One finalized OpenCL command buffer holding a sequence of Submissions, on a queue's native in-order queue."""
 
     def __init__(self, cl: _OpenCL, native_queue: int, steps: list, simultaneous: bool):
-        self.cl, self.queue, self.kernels, self.buffer, self.last = cl, native_queue, [], None, None
-        self.simultaneous = simultaneous
+        """Record `steps`; takes over the caller's reference to `native_queue` only when it returns."""
+        self.cl, self.queue, self.kernels, self.buffer, self.last = None, native_queue, [], None, None
+        self.simultaneous, self.lock = simultaneous, threading.Lock()
+        try:
+            self._record(cl, native_queue, steps, simultaneous)
+        except BaseException:
+            for kernel in self.kernels:
+                cl.release_kernel(kernel)
+            if self.buffer:
+                cl.release_buffer(self.buffer)
+            raise
+        self.cl = cl  # from here on release() lets go of everything, the queue's reference included
+
+    def _record(self, cl: _OpenCL, native_queue: int, steps: list, simultaneous: bool) -> None:
         err = ctypes.c_int(0)
         queues = (_VP * 1)(native_queue)
         props = (ctypes.c_uint64 * 3)(CL_COMMAND_BUFFER_FLAGS_KHR, CL_COMMAND_BUFFER_SIMULTANEOUS_USE_KHR, 0)
@@ -155,7 +167,7 @@ class _CommandBuffer:
         _check(err.value, "clCreateCommandBufferKHR")
         previous = None
         for step in steps:
-            kernel = self._kernel(step)
+            kernel = self._kernel(cl, step)
             nd = len(step.global_size)
             # a Submission keeps SYCL's order (the last dimension varies fastest); OpenCL's is the reverse
             global_size = (ctypes.c_size_t * nd)(*reversed(step.global_size))
@@ -168,10 +180,9 @@ class _CommandBuffer:
             previous = point.value
         _check(cl.finalize(self.buffer), "clFinalizeCommandBufferKHR")
 
-    def _kernel(self, step) -> int:
+    def _kernel(self, cl: _OpenCL, step) -> int:
         """A clone of the submission's kernel with its packed arguments (the clone's arguments are its own: SYCL
         setting the shared kernel's for its launches does not touch them)."""
-        cl = self.cl
         shared = _compat.native_opencl_kernel(step.sycl_kernel)
         if not shared:
             raise NativeError(f"no OpenCL kernel behind {step.sycl_kernel.get_function_name()}")
@@ -199,13 +210,15 @@ class _CommandBuffer:
 
     def enqueue(self) -> None:
         cl = self.cl
-        if self.last is not None and not self.simultaneous:  # the buffer may not be pending twice
-            _check(cl.wait_events(1, ctypes.byref(self.last)), "clWaitForEvents")
-        event = _VP()
-        _check(cl.enqueue_buffer(0, None, self.buffer, 0, None, ctypes.byref(event)), "clEnqueueCommandBufferKHR")
-        if self.last is not None:
-            cl.release_event(self.last)
-        self.last = event
+        with self.lock:
+            if self.last is not None and not self.simultaneous:  # the buffer may not be pending twice
+                _check(cl.wait_events(1, ctypes.byref(self.last)), "clWaitForEvents")
+            event = _VP()
+            _check(cl.enqueue_buffer(0, None, self.buffer, 0, None, ctypes.byref(event)),
+                   "clEnqueueCommandBufferKHR")
+            if self.last is not None:
+                cl.release_event(self.last)
+            self.last = event
 
     def wait(self) -> None:
         _check(self.cl.finish(self.queue), "clFinish")

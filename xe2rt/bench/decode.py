@@ -4,8 +4,10 @@
 Per model shape and weight format: load seconds, prefill tok/s (a 128-token prompt, to the first token), decode
 tok/s at contexts 128 and 2048 (median step of greedy generation, the token read back every step), the bytes a
 decode token reads (every linear's weights + the KV cache up to the context), their rate as % of the run's
-stream_read bandwidth, host ms per token (the Python time to queue one step, without waiting) and kernel launches
-per token (xe2rt launches; dpnp's own ops, the argmax, are not counted).
+stream_read bandwidth, host ms per token (the Python time to queue one step, without waiting), kernels per token and
+the submissions that queue them: one OpenCL command buffer per step where the queue has them (xe2rt.graph; the
+greedy argmax's two launches inside it), else one submission per kernel (the argmax's not counted). At context 128
+the same model also decodes launch by launch (XE2RT_NATIVE_GRAPH=0's path), interleaved with the graph's runs.
 
 `--peer llama.cpp=DIR`: the same random weights are written as GGUF (arch "llama", gguf package), quantized with
 DIR/llama-quantize --pure (Q4_0 for the W4 g32 row), and DIR/llama-bench -p 128 -n 32 -t <cores> runs in the same
@@ -71,8 +73,8 @@ class _LaunchCounter:
         self.launch.ordered_submit = self.orig
 
 
-def _decode_rate(model, prompt: np.ndarray, steps: int) -> tuple[float, float, float]:
-    """(decode s/token median, host s/token to queue a step, launches/token)."""
+def _decode_rate(model, prompt: np.ndarray, steps: int) -> tuple[float, float, int, float]:
+    """(decode s/token median, host s/token to queue a step, kernels/token, submissions/token)."""
     model.generate(prompt, steps)
     per_token = statistics.median(model.step_seconds[1:])
     model.generate(prompt, 1)
@@ -82,10 +84,31 @@ def _decode_rate(model, prompt: np.ndarray, steps: int) -> tuple[float, float, f
     with _LaunchCounter() as counter:
         for s in range(3):
             t0 = time.perf_counter()
-            model._forward(token, len(prompt) + s, True)
+            model._decode(token, len(prompt) + s, greedy=True, wait=False)
             host.append(time.perf_counter() - t0)
             model.queue.wait()
-    return per_token, statistics.median(host), counter.n / 3
+    model._argmax_done = False
+    graph = model._graphs.get((model._bucket(len(prompt) + 1), True)) if model.native_graphs else None
+    if graph is not None:
+        return per_token, statistics.median(host), graph.launches, 1 + counter.n / 3
+    return per_token, statistics.median(host), counter.n / 3, counter.n / 3
+
+
+def _launch_by_launch(model, prompt: np.ndarray, steps: int, rounds: int = 3) -> str:
+    """The same decode launch by launch (the plans, XE2RT_NATIVE_GRAPH=0's path) and as one graph, interleaved:
+    a note with both medians and their ratio."""
+    rates, before = {False: [], True: []}, model.native_graphs
+    try:
+        for _ in range(rounds):
+            for native in (False, True):
+                model.native_graphs = native
+                model.generate(prompt, steps)
+                rates[native].append(1 / statistics.median(model.step_seconds[1:]))
+    finally:
+        model.native_graphs = before
+    plans, graph = statistics.median(rates[False]), statistics.median(rates[True])
+    return (f"; interleaved x{rounds}: launch by launch {plans:.1f} tok/s, one command buffer {graph:.1f} tok/s "
+            f"({graph / plans:.2f}x)")
 
 
 def cases(ctx: BenchContext) -> list[Result]:
@@ -131,10 +154,14 @@ def cases(ctx: BenchContext) -> list[Result]:
             peer = _peer(ctx, peers, name, weights, group, folder, root) if peers else None
             for context in contexts:
                 ids = rng.integers(0, model.cfg.vocab, context).astype(np.int32)
-                per_token, host, launches = _decode_rate(model, ids, 4 if ctx.quick else DECODE_STEPS)
+                per_token, host, kernels, submissions = _decode_rate(model, ids, 4 if ctx.quick else DECODE_STEPS)
                 nbytes = bytes_per_token(model, context)
+                how = "1 command buffer" if submissions != kernels else f"{submissions:.0f} submissions"
                 note = (f"load {load_s:.1f} s, prefill {PROMPT / prefill:.1f} tok/s, decode {1 / per_token:.1f} "
-                        f"tok/s, host {host * 1e3:.2f} ms/token, {launches:.0f} launches/token, {n_layers} layers")
+                        f"tok/s, host {host * 1e3:.2f} ms/token, {kernels:.0f} kernels/token in {how}, "
+                        f"{n_layers} layers")
+                if context == PROMPT and submissions != kernels:
+                    note += _launch_by_launch(model, ids, 4 if ctx.quick else DECODE_STEPS)
                 if peer and context == PROMPT:
                     note += (f"; llama.cpp {peer['label']}: pp128 {peer['pp']:.1f} tok/s, tg {peer['tg']:.1f} tok/s"
                              f" -> decode ratio {1 / per_token / peer['tg']:.2f}x, prefill ratio "

@@ -19,7 +19,9 @@ chunks of 16 rows of the batched gemv_w8a16. Then y = rms_norm(delta, norm, resi
 The KV cache is one pair of float16 [Hkv, max_tokens, D] arrays per layer on the device. Sampling runs on the device
 (greedy: argmax; otherwise temperature, top-k, top-p over a device sort, with the uniform draw from a seeded numpy
 Generator); the host reads back only the chosen token id. A decode step replays xe2rt.bind plans on fixed buffers
-(see _decode_plans), decode_attention's included: it reads the length from the device. For W4 layers where
+(see _decode_plans), decode_attention's included: it reads the length from the device; on an in-order OpenCL queue
+with command buffers the step's plans (and the greedy argmax's) are one xe2rt.graph per bucket of lengths, one
+submission per token (_step_graph). For W4 layers where
 gemv_w4a16 runs them as one kernel (the CPU's VNNI kernels; Xe2 with hidden a multiple of 512) the step folds ln1 into
 the qkv GEMV and ln2 + silu_mul into the gate/up GEMV (gemv_w4a16's norm= / silu_mul=).
 """
@@ -474,10 +476,11 @@ class DecoderLM:
             self._graphs[key] = graph
         return graph
 
-    def _decode(self, token: int, start: int, greedy: bool = False):
+    def _decode(self, token: int, start: int, greedy: bool = False, wait: bool = True):
         """One decode step (token at position `start` > 0, the cache holding [0, start)): logits fp16 [1, V] in a
-        fixed buffer. Through the step's native graph when there is one (waited for, the greedy argmax included
-        when `greedy`), else through the bound plans, queued without waiting."""
+        fixed buffer. Through the step's native graph when there is one (the greedy argmax included when `greedy`;
+        waited for unless `wait` is False, and then the caller waits with self.queue.wait()), else through the
+        bound plans, queued without waiting."""
         dec = self._decode_plans()
         # the embedding row into the fixed residual buffer, [position, length] (read by rope_kv and the attention on
         # the device) from a fixed host array: two queue.memcpy_async, about 10 us each against about 100 us per
@@ -496,7 +499,8 @@ class DecoderLM:
         graph = self._step_graph(start + 1, greedy)
         if graph is not None:
             graph()
-            graph.wait()  # on the CPU device the waiting thread helps run the step (xe2rt.graphs)
+            if wait:
+                graph.wait()  # on the CPU device the waiting thread helps run the step (xe2rt.graphs)
             self._argmax_done = bool(greedy) and self._arg_rows > 0
             return dec["logits"]
         timed = self.timer is not None
