@@ -561,3 +561,32 @@ def test_float_moe_experts_are_exact(queue, tmp_path):
     assert (1 - cosine_rows(logits, full[8:])).max() <= BOUND
     fast = llm.load(folder, queue=queue, weights="w4", group_size=64, max_tokens=16, progress=False)
     assert all(isinstance(layer["experts"], QuantizedW4Experts) for layer in fast.w["layers"] if "experts" in layer)
+
+
+XE2_LOOP = r'''
+import os, sys
+os.environ["XE2RT_TARGET"] = "bmg"
+import dpctl
+from xe2rt.checks import llm
+queue = dpctl.SyclQueue("opencl:cpu", property="in_order")
+checks = [c for c in llm.checks(quick=True) if "llama gptq" in c.name]
+for _ in range(int(sys.argv[1])):
+    for check in checks:
+        result = check.run(queue, "bmg")
+        assert result.passed, result.describe()
+    llm._models.clear()
+print("ok")
+'''
+
+
+def test_xe2_path_on_an_in_order_queue_does_not_hang():
+    """The W4 prompt GEMM's first call on the Xe2 path computed its fp16 bound with dpnp's float32 abs and multiply,
+    which run on oneMKL VM and wait for their dependencies holding the GIL; on an in-order queue (llm.load's default)
+    a dependency can be a host task that needs the GIL. That hung this loop within 4 iterations (and once the test
+    suite); the bound is now computed on the host. A subprocess, so that a hang fails this test, not the run."""
+    try:
+        run = subprocess.run([sys.executable, "-c", XE2_LOOP, "8"], capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("8 rounds of the Xe2-path W4 checks on an in-order queue did not finish in 180 s (the oneMKL VM "
+                    "deadlock)")
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]

@@ -148,3 +148,29 @@ def test_encode_without_a_queue_reuses_its_model(weights):
     for _ in range(5):
         minilm.encode(SENTENCES[:1])
     assert len({k for k in minilm._models if k[1] == "fp16"} - before) <= 1
+
+
+IN_ORDER_LOOP = r'''
+import sys
+import dpctl
+from xe2rt.models import minilm
+q = dpctl.SyclQueue("opencl:cpu", property="in_order")
+for _ in range(int(sys.argv[1])):
+    e = minilm.encode(sys.argv[2:], queue=q)
+print("ok", e.shape)
+'''
+
+
+def test_encode_on_an_in_order_queue_does_not_hang(weights):
+    """dpnp's oneMKL VM calls (most of the float32 forward) wait for their dependencies holding the GIL; on an
+    in-order queue a dependency can be a host task that needs the GIL. Before encode moved an in-order queue's work to
+    an out-of-order one (xe2rt._compat.vm_queue) this loop hung within 40 calls; now 40 take about 6 s. A subprocess,
+    so that a hang fails this test instead of the run."""
+    import subprocess
+    import sys
+    try:
+        run = subprocess.run([sys.executable, "-c", IN_ORDER_LOOP, "40", *SENTENCES[:3]], capture_output=True,
+                             text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("40 minilm.encode calls on an in-order queue did not finish in 120 s (the oneMKL VM deadlock)")
+    assert run.returncode == 0 and run.stdout.startswith("ok (3, 384)"), run.stderr[-2000:]

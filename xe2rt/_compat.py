@@ -11,6 +11,12 @@ xe2rt's warm path costs a few microseconds per launch; four things it needs have
   querying and rebuilding the C++ lists (`_LaunchState`, a subclass). Public equivalent: `submitted_events` +
   `add_event_pair`, whose list grows with every un-completed launch.
 - CPython's `os.environ._data` (bytes keys): reading an XE2RT_* variable per warm call at a tenth of `os.environ.get`.
+- a workaround, not an internal: dpnp 0.20's functions that run on oneMKL VM on the CPU device (abs, exp, sqrt, add,
+  subtract, multiply, divide, ... on contiguous float32/64) wait for their dependencies holding the GIL; on an in-order
+  queue a dependency may be the host task by which an earlier dpnp call releases its arguments, which needs the GIL:
+  a deadlock (seen in LLM sampling, MiniLM on an in-order queue, gemm_w4a16's first call on the Xe2 path).
+  `before_vm(queue)` drains an in-order queue first; `vm_queue(queue)` gives an out-of-order queue for code that is all
+  such dpnp work.
 - libsycl's exported members `sycl::queue::getNative(int&)` and `sycl::kernel::getNative()` (called by name through
   ctypes; they are what the SYCL 2020 interop function `sycl::get_native<backend::opencl>` calls, which dpctl does
   not expose): the OpenCL command queue and kernel behind a dpctl queue and kernel, for xe2rt.graph's command
@@ -170,6 +176,30 @@ def submit_ordered(launch, args, in_order: bool) -> dpctl.SyclEvent:
     if type(manager) is _Manager:
         manager.__class__ = _FlushingManager
     return event
+
+
+# ---- dpnp's oneMKL VM calls on in-order queues ----
+
+def before_vm(queue: dpctl.SyclQueue) -> None:
+    """Call before a dpnp function that may run on oneMKL VM with arrays on `queue` (see the module docstring): an
+    in-order queue is drained, so no host task the call could depend on is pending; an out-of-order one needs
+    nothing (dpnp's dependencies there are kernels' events, never a host task)."""
+    if queue.is_in_order:
+        queue.wait()
+
+
+_vm_queues: dict = {}
+
+
+def vm_queue(queue: dpctl.SyclQueue) -> dpctl.SyclQueue:
+    """`queue` if it is out of order, else an out-of-order queue on its context and device (one per queue, kept), for
+    work that is all dpnp calls which may run on oneMKL VM (see the module docstring)."""
+    if not queue.is_in_order:
+        return queue
+    sibling = _vm_queues.get(queue)
+    if sibling is None:
+        sibling = _vm_queues[queue] = dpctl.SyclQueue(queue.sycl_context, queue.sycl_device)
+    return sibling
 
 
 # ---- native OpenCL handles behind SYCL objects (xe2rt.graph) ----

@@ -37,7 +37,7 @@ import dpctl
 import dpnp
 import numpy as np
 
-from .. import launch, validate
+from .. import _compat, launch, validate
 from ..errors import InputError, InputTypeError
 from ..ops.common import ceil_div
 from ..ops.gemv_common import MAX_M
@@ -757,8 +757,8 @@ class DecoderLM:
         """fn(*args) from a drained queue, for dpnp's functions that run on oneMKL VM on the CPU device (add,
         subtract, multiply, divide, exp): VM waits for its dependencies holding the GIL, and a dependency may be
         the host task by which an earlier dpnp call releases its arguments, which needs the GIL: a deadlock (seen
-        with dpnp 0.20, dpctl 0.22.1, once per tens to hundreds of sampled tokens)."""
-        self.queue.wait()
+        with dpnp 0.20, dpctl 0.22.1, once per tens to hundreds of sampled tokens; xe2rt._compat.before_vm)."""
+        _compat.before_vm(self.queue)
         return fn(*args)
 
     def _exp_shifted(self, x, top, t):

@@ -27,7 +27,7 @@ import dpctl
 import dpnp
 import numpy as np
 
-from .. import config, validate
+from .. import _compat, config, validate
 from ..module import default_queue
 from .. import gemm_fp16, gemv_w4a16, gemv_w8a16  # the public ops: warm calls replayed (xe2rt.fastcall)
 from ..errors import InputError, InputTypeError, Xe2rtError
@@ -223,6 +223,9 @@ def encode(sentences, *, queue: dpctl.SyclQueue | None = None, weights: str = "f
     if n == 0:
         return np.zeros((0, HIDDEN), dtype=np.float32)
     queue = default_queue(queue)  # dpctl's cached queue of the default device: one model per device and kind
+    # the forward is float32 dpnp work, much of it on oneMKL VM, which deadlocks on an in-order queue (seen: a hang
+    # within 40 calls); an in-order queue's work runs on an out-of-order queue of its device (xe2rt._compat)
+    queue = _compat.vm_queue(queue)
     m = _model(queue, weights)
     ids = dpnp.asarray(ids_h, sycl_queue=queue)
     mask = dpnp.asarray(mask_h.astype(np.float32), sycl_queue=queue)

@@ -120,19 +120,20 @@ def _forget_bound(key: int, ref) -> None:
 def fp16_weight_bound(qw: QuantizedW4) -> float:
     """The largest |(q - z) s| qw's codes can dequantize to from a finite scale: max over groups of |s| max(z,
     |15 - z|) (z = 8 when symmetric). Non-finite scales are left out: they give non-finite outputs on every kernel, as
-    in the reference. One reduction on qw's queue and a read of the result, once per scales array (cached while it
-    lives; a change of the scales' contents in place is not noticed)."""
+    in the reference. Computed on the host from one read of the scales (and zeros), once per scales array (cached
+    while it lives; a change of the scales' contents in place is not noticed): dpnp's float32 abs and multiply run on
+    oneMKL VM, which can deadlock on an in-order queue (xe2rt._compat.before_vm; seen on this path)."""
     scales, zeros = validate.usm_view(qw.scales), None if qw.zeros is None else validate.usm_view(qw.zeros)
     hit = _weight_bounds.get(id(scales))
     if hit is not None and hit[0]() is scales and hit[1] == id(zeros):
         return hit[2]
-    s = dpnp.abs(dpnp.asarray(scales).astype(np.float32))
-    s = dpnp.where(dpnp.isfinite(s), s, 0.0)
+    s = np.abs(launch.to_host(scales).astype(np.float32))
+    s = np.where(np.isfinite(s), s, np.float32(0))
     if zeros is None:
-        bound = 8.0 * float(dpnp.max(s))
+        bound = 8.0 * float(s.max(initial=0.0))
     else:
-        z = dpnp.asarray(zeros).astype(np.float32)
-        bound = float(dpnp.max(s * dpnp.maximum(z, dpnp.abs(15.0 - z))))
+        z = launch.to_host(zeros).astype(np.float32)
+        bound = float((s * np.maximum(z, np.abs(np.float32(15) - z))).max(initial=0.0))
     ref = weakref.ref(scales, functools.partial(_forget_bound, id(scales)))
     _weight_bounds[id(scales)] = (ref, id(zeros), bound)
     return bound

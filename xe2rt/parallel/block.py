@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import validate
+from .. import _compat, validate
 from ..errors import InputError, InputTypeError
 from ..ops.gemv_fp16 import gemv_fp16
 from ..ops.gemv_w4a16 import gemv_w4a16
@@ -28,7 +28,15 @@ def silu_mul(g, u):
     """float16 silu(g) * u, computed in fp32 with dpnp on g's queue (asynchronous, ordered after g and u)."""
     import dpnp
     g32 = g.astype(np.float32)
-    return (g32 / (1.0 + dpnp.exp(-g32)) * u.astype(np.float32)).astype(np.float16)
+    _compat.before_vm(g.sycl_queue)  # exp, add, divide, multiply run on oneMKL VM: no host task may be pending
+    e = dpnp.exp(-g32)
+    _compat.before_vm(g.sycl_queue)
+    d = 1.0 + e
+    _compat.before_vm(g.sycl_queue)
+    d = g32 / d
+    u32 = u.astype(np.float32)
+    _compat.before_vm(g.sycl_queue)
+    return (d * u32).astype(np.float16)
 
 
 def check_x(owner: str, x, k: int, queue) -> None:

@@ -19,7 +19,7 @@ import dpctl
 import dpnp
 import numpy as np
 
-from .. import validate
+from .. import _compat, validate
 from ..errors import InputError, InputTypeError
 from . import block, sharding
 
@@ -128,7 +128,9 @@ def reduce_sum(partials, queues):
     moved = [move(p, root) for p in partials]
     acc = moved[0].astype(np.float32)
     for p in moved[1:]:
-        dpnp.add(acc, p.astype(np.float32), out=acc)
+        p32 = p.astype(np.float32)
+        _compat.before_vm(root)  # add runs on oneMKL VM: no host task may be pending (xe2rt._compat)
+        dpnp.add(acc, p32, out=acc)
     return acc.astype(partials[0].dtype)
 
 
