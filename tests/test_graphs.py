@@ -17,6 +17,8 @@ from xe2rt.errors import ConfigError, InputError, InputTypeError
 from xe2rt.models import llm
 from xe2rt.models import random as rnd
 
+from xe2rt.checks.graphs import decoder_plans, snapshot
+
 from conftest import to_device
 
 
@@ -36,59 +38,16 @@ def require_native(g: xe2rt.Graph) -> None:
     assert g.native, g.why
 
 
-def decoder_plans(q, rng, length=37):
-    """A decoder layer's attention half as plans: rms_norm with residual, a GEMV to q/k/v, rope_kv writing the
-    caches, decode_attention reading the length from the device, the output GEMV. Returns (plans, outputs)."""
-    hq, hkv, d, h, max_tokens = 8, 2, 64, 256, 64
-    x = to_device(rng.standard_normal((1, h)).astype(np.float16), q)
-    res = to_device(rng.standard_normal((1, h)).astype(np.float16), q)
-    ln = to_device((1 + rng.standard_normal(h) / 8).astype(np.float16), q)
-    y, s = dpnp.empty((1, h), dtype=np.float16, sycl_queue=q), dpnp.empty((1, h), dtype=np.float16, sycl_queue=q)
-    wqkv = to_device((rng.standard_normal(((hq + 2 * hkv) * d, h)) / 16).astype(np.float16), q)
-    qkv = dpnp.empty((1, (hq + 2 * hkv) * d), dtype=np.float16, sycl_queue=q)
-    qv, kv, vv = qkv[:, :hq * d].reshape(1, hq, d), qkv[:, hq * d:(hq + hkv) * d].reshape(1, hkv, d), \
-        qkv[:, (hq + hkv) * d:].reshape(1, hkv, d)
-    kc = to_device((rng.standard_normal((hkv, max_tokens, d)) / 4).astype(np.float16), q)
-    vc = to_device(rng.standard_normal((hkv, max_tokens, d)).astype(np.float16), q)
-    poslen = to_device(np.array([length - 1, length], np.int32), q)
-    attn = dpnp.empty((hq, d), dtype=np.float16, sycl_queue=q)
-    wo = to_device((rng.standard_normal((h, hq * d)) / 16).astype(np.float16), q)
-    out = dpnp.empty(h, dtype=np.float16, sycl_queue=q)
-    plans = [
-        xe2rt.bind(xe2rt.rms_norm, x, ln, eps=1e-5, residual=res, out=(y, s)),
-        xe2rt.bind(xe2rt.gemv_fp16, y.reshape(h), wqkv, out=qkv.reshape(-1)),
-        xe2rt.bind(xe2rt.rope_kv, qv, kv, vv, poslen[0:1], kc, vc, theta=10000.0, check_positions=False),
-        xe2rt.bind(xe2rt.decode_attention, qv.reshape(hq, d), kc, vc, poslen[1:2], max_length=max_tokens, out=attn),
-        xe2rt.bind(xe2rt.gemv_fp16, attn.reshape(hq * d), wo, out=out),
-    ]
-    return plans, (y, s, qkv, kc, vc, attn, out)
-
-
-def snapshot(arrays):
-    return [dpnp.asnumpy(a).copy() for a in arrays]
-
-
-def test_native_graph_replays_the_plans_bit_for_bit(inq, rng):
-    plans, outs = decoder_plans(inq, rng)
-    kc0, vc0 = snapshot(outs[3:5])
-    g = xe2rt.graph(plans)
-    require_native(g)
-    assert g.launches == sum(p.launches for p in plans) and g.result is plans[-1].result
-    for p in plans:
-        p()
-    inq.wait()
-    want = snapshot(outs)
-    # the caches back to their first contents (rope_kv wrote one row; the attention reads it), outputs poisoned
-    outs[3][...] = to_device(kc0, inq)
-    outs[4][...] = to_device(vc0, inq)
-    for a in (outs[0], outs[1], outs[2], outs[5], outs[6]):
-        a.fill(np.nan)
-    assert g() is plans[-1].result
-    g.wait()
-    got = snapshot(outs)
-    for name, a, b in zip(("y", "s", "qkv", "k_cache", "v_cache", "attn", "out"), got, want):
-        assert np.array_equal(a.view(np.uint16), b.view(np.uint16)), name
-    assert np.isfinite(got[-1]).all() and np.abs(got[-1]).max() > 0
+@pytest.mark.parametrize("target", ["cpu", "bmg", "lnl"])
+def test_native_graph_replays_the_plans_bit_for_bit(inq, target):
+    """The selftest's case (xe2rt/checks/graphs.py): a decoder layer's attention half, caches included, replayed as
+    one command buffer equals calling its plans, bit for bit; also with the Xe2-shaped kernels (bmg / lnl binaries on
+    this device, sub-group code included)."""
+    from xe2rt.checks import graphs as graph_checks
+    result = graph_checks.checks()[0].run(inq, target)
+    if "the device's OpenCL driver has no" in result.detail:
+        pytest.skip(result.detail)
+    assert result.passed and "as one OpenCL command buffer" in result.detail, result.describe()
 
 
 def test_graph_stays_ordered_with_dpnp_work_without_waits(inq, rng):
@@ -162,6 +121,9 @@ def test_graph_of_graphs_is_the_plans_in_order(inq, rng):
     g = xe2rt.graph([xe2rt.graph(plans[:2]), *plans[2:4], xe2rt.graph(plans[4:])])
     assert g.plans == tuple(plans)
     require_native(g)
+    assert g.launches == sum(p.launches for p in plans) and g.result is plans[-1].result
+    assert g() is plans[-1].result
+    g.wait()
 
 
 def test_bad_input_is_refused_before_recording(inq, rng):
