@@ -108,12 +108,19 @@ def test_other_paths_replay_launch_by_launch(how, inq, rng, monkeypatch):
     assert not g.native
     assert {"native=False": "native=False", "env": "XE2RT_NATIVE_GRAPH=0", "out-of-order queue": "out of order",
             "host step": "host step"}[how] in g.why
-    assert "launch by launch" in repr(g)
+    assert "launch by launch" in repr(g) and g.launches == sum(p.launches for p in plans)
     g()
     g.wait()
     q.wait()
     for a, b in zip(snapshot(outs), want):
         assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+def test_native_true_records_whatever_the_variable_says(inq, rng, monkeypatch):
+    monkeypatch.setenv("XE2RT_NATIVE_GRAPH", "0")
+    plans, _ = decoder_plans(inq, rng)
+    assert not xe2rt.graph(plans).native
+    require_native(xe2rt.graph(plans, native=True))
 
 
 def test_graph_of_graphs_is_the_plans_in_order(inq, rng):

@@ -258,7 +258,7 @@ class Graph:
         self.plans, self.queue = plans, queue
         self._steps = tuple(step for plan in plans for step in plan._steps)
         self.result = plans[-1].result
-        self._buffer, self._event, self.why = None, None, None
+        self._buffer, self.why = None, None
         if off is not None:
             self.why = off
         elif queue is None:
@@ -319,19 +319,19 @@ class Graph:
             self.queue.wait()
             self._buffer.enqueue()
         else:
-            self._event = launch.run_steps(self._steps)
+            launch.run_steps(self._steps)
         return self.result
 
     def wait(self) -> None:
         """Wait until the last call's work is done (on the CPU device the waiting thread helps run it)."""
         if self._buffer is not None:
             self._buffer.wait()
-        elif self._event is not None:
-            self._event.wait()
+        elif self.queue is not None:
+            self.queue.wait()  # the plans' kernels and host steps, whichever came last
 
     @property
     def launches(self) -> int:
-        return len(self._steps)
+        return sum(isinstance(step, launch.Submission) for step in self._steps)
 
     def __repr__(self) -> str:
         how = "one OpenCL command buffer" if self.native else f"launch by launch ({self.why})"
@@ -341,7 +341,8 @@ class Graph:
 def graph(plans, *, native: bool | None = None) -> Graph:
     """Replay `plans` (xe2rt.bind plans, or graphs, on one queue, in the order they are to run) with one call each
     time: `g = xe2rt.graph([p1, p2, ...])`, then `g()`. `native`: None records one OpenCL command buffer where the
-    queue allows it (unless XE2RT_NATIVE_GRAPH=0), False always replays the plans one launch at a time."""
+    queue allows it unless XE2RT_NATIVE_GRAPH=0, True where the queue allows it whatever the variable says, False
+    never (the plans are replayed one launch at a time)."""
     if isinstance(plans, (Plan, Graph)) or not hasattr(plans, "__iter__") or isinstance(plans, (str, bytes)):
         raise InputTypeError(f"xe2rt.graph: plans must be a list of xe2rt plans (xe2rt.bind) or graphs, got "
                              f"{type(plans).__name__}")
