@@ -6,7 +6,9 @@
 - dpnp: one dpnp elementwise op on the same sizes (what every other step of a pipeline costs);
 - op / op out= / bind: the public op (allocating its output, or writing `out=`), and a Plan from xe2rt.bind;
 - a user kernel (an fp16 axpy from Module.from_source, i.e. xe2rt.load on its cached build folder): floor, the
-  Kernel call with its checks, and bind.
+  Kernel call with its checks, and bind;
+- on an in-order queue, per kernel: a bind plan against a graph of BURST copies of it (xe2rt.graph), one call per
+  burst.
 Each is timed in bursts of BURST calls that are not drained (the queue is drained between bursts, untimed), the
 methods interleaved burst by burst so that a machine shared with other work slows them alike; the median burst is
 reported per call, as wall time and as this thread's CPU time (the latter barely moves when other processes compete
@@ -149,6 +151,35 @@ def _user_kernel_case(ctx: BenchContext, rounds: int) -> list[Result]:
             for name, (wall, cpu) in timing.items()]
 
 
+def _graph_case(ctx: BenchContext, rounds: int) -> list[Result]:
+    """Per kernel, on an in-order queue of the run's device: a bound plan called BURST times, against one graph of
+    BURST copies of that plan (xe2rt.graph: one OpenCL command buffer where the device records them) called once per
+    BURST calls."""
+    import types
+    case = "gemv_w4a16 16x256 g128, in order"
+    ctx.say(f"  launch cost: {case}")
+    q = dpctl.SyclQueue(ctx.queue.sycl_context, ctx.queue.sycl_device, property="in_order")
+    rng = np.random.default_rng(0)
+    x = dpnp.asarray(rng.standard_normal(256).astype(np.float16), sycl_queue=q)
+    qw = xe2rt.quantize_w4(rng.standard_normal((16, 256)).astype(np.float16), group_size=128).to_device(q)
+    y = dpnp.empty(16, dtype=np.float16, sycl_queue=q)
+    plan = xe2rt.bind(xe2rt.gemv_w4a16, x, qw, out=y)
+    graph = xe2rt.graph([plan] * BURST)
+    calls = [0]
+
+    def one_in_burst():  # the whole graph on the burst's first call: BURST kernels per BURST calls
+        if calls[0] % BURST == 0:
+            graph()
+        calls[0] += 1
+    timing = _timed_bursts(types.SimpleNamespace(queue=q), {"bind": plan, "graph": one_in_burst}, rounds)
+    bind_wall, bind_cpu = timing["bind"]
+    how = "one OpenCL command buffer" if graph.native else f"launch by launch: {graph.why}"
+    return [Result("launch", case, name, seconds=wall * 1e-6, wall_seconds=wall * 1e-6,
+                   note=f"cpu {cpu:.1f} us per kernel; x bind: wall {wall / bind_wall:.2f}, cpu {cpu / bind_cpu:.2f}"
+                        + (f"; a graph of {BURST} plans as {how}" if name == "graph" else ""))
+            for name, (wall, cpu) in timing.items()]
+
+
 def _return_time_case(ctx: BenchContext) -> Result:
     """A gemv_fp16 call on a large matrix: how long until Python has control back, against the kernel's time."""
     n = k = 1024 if ctx.quick else 8192
@@ -272,6 +303,7 @@ def _first_call_cases(ctx: BenchContext) -> list[Result]:
 def cases(ctx: BenchContext) -> list[Result]:
     results = _per_call_cases(ctx, QUICK_ROUNDS if ctx.quick else ROUNDS)
     results += _user_kernel_case(ctx, QUICK_ROUNDS if ctx.quick else ROUNDS)
+    results += _graph_case(ctx, QUICK_ROUNDS if ctx.quick else ROUNDS)
     ctx.say("  launch: large GEMV return time")
     results.append(_return_time_case(ctx))
     ctx.say("  launch: decode step")
