@@ -161,6 +161,10 @@ def load_weights(folder, weights: str = "auto", group_size: int = 128, *, place=
             out["embed"] = streamed((cfg.vocab, h), ckpt.fp16_rows("model.embed_tokens.weight", (cfg.vocab, h)))
             tick()
             if cfg.tie_embeddings and head_mode in ("w4", "w8"):  # quantized from the embeddings, slice by slice
+                if bar is not None:  # the embeddings are read a second time: the bar's total grows by them
+                    t = ckpt.tensors["model.embed_tokens.weight"]
+                    bar.total += t.end - t.begin
+                    bar.refresh()
                 out["lm_head"] = place(linear("model.embed_tokens", cfg.vocab, h, head_mode))
             elif cfg.tie_embeddings:
                 out["lm_head"] = out["embed"]
