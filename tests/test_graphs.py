@@ -243,3 +243,17 @@ def test_a_failed_recording_replays_launch_by_launch_and_leaks_nothing(inq, rng,
     got = snapshot(outs)
     for name in (0, 1, 5, 6):  # y, s, attn, out: the same inputs again (the caches now hold the same row again)
         assert np.array_equal(got[name].view(np.uint16), want[name].view(np.uint16))
+
+
+def test_a_step_left_unread_does_not_choose_the_next_prompts_token(inq, tmp_path):
+    """A greedy step run as a graph (its argmax inside) whose token is never read, as the decode bench's host timing
+    does, must not make the next prompt's choice skip its own argmax: the next generate equals a fresh model's."""
+    folder = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", seed=13)
+    model = llm.load(folder, queue=inq, max_tokens=64, progress=False)
+    ids = np.random.default_rng(6).integers(0, model.cfg.vocab, 20).astype(np.int32)
+    model.generate(ids, 3)
+    model._decode(int(ids[-1]), ids.size, greedy=True, wait=False)
+    inq.wait()
+    other = np.random.default_rng(7).integers(0, model.cfg.vocab, 11).astype(np.int32)
+    fresh = llm.load(folder, queue=inq, max_tokens=64, progress=False)
+    assert np.array_equal(model.generate(other, 6), fresh.generate(other, 6))

@@ -20,6 +20,7 @@ import os
 import sys
 
 import dpctl
+import numpy as np
 
 # DPCTLKernelArgType (dpctl_sycl_enum_types.h)
 INT8, UINT8, INT16, UINT16, INT32, UINT32, INT64, UINT64, FLOAT32, FLOAT64 = range(10)
@@ -89,6 +90,10 @@ class LocalArg:
     def __init__(self, code: str, count: int):
         self.code, self.count = code, count
         self.descriptor = MDLocalAccessor(1, LOCAL_CODES[code], count, 1, 1)
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * np.dtype(self.code).itemsize
 
     def __repr__(self) -> str:
         return f"LocalArg({self.code!r}, {self.count})"

@@ -28,9 +28,8 @@ import ctypes
 import threading
 
 import dpctl
-import numpy as np
 
-from . import _capi, _compat, launch
+from . import _capi, _compat, config, launch
 from .errors import InputError, InputTypeError
 from .plan import Plan
 
@@ -200,7 +199,7 @@ class _CommandBuffer:
             elif kind in _capi.SCALAR_CODES:
                 code = cl.set_arg(kernel, i, ctypes.sizeof(item), ctypes.addressof(item))
             elif kind is _capi.LocalArg:
-                code = cl.set_arg(kernel, i, item.count * np.dtype(item.code).itemsize, None)
+                code = cl.set_arg(kernel, i, item.nbytes, None)
             elif kind is _capi.RawArg:
                 code = cl.set_arg(kernel, i, len(item.data.raw), ctypes.addressof(item.data))
             else:
@@ -241,11 +240,6 @@ class _CommandBuffer:
             self.release()
         except Exception:  # pragma: no cover - interpreter shutdown
             pass
-
-
-def native_enabled() -> bool:
-    from . import config
-    return config.native_graph_enabled()
 
 
 class Graph:
@@ -370,7 +364,7 @@ def graph(plans, *, native: bool | None = None) -> Graph:
                          f"{queues[1]}); a graph replays the work of one queue (make one graph per queue)")
     if native is False:
         off = "native=False"
-    elif native is None and not native_enabled():
+    elif native is None and not config.native_graph_enabled():
         off = "XE2RT_NATIVE_GRAPH=0"
     else:
         off = None

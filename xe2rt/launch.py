@@ -472,7 +472,7 @@ def ordered_submit(raw: _capi.Launch, keep: tuple, in_order: bool, args=None) ->
             event = _compat.submit_ordered(raw, args, in_order)
         except _capi.SubmitError as exc:  # e.g. a range the runtime cannot index, past every check here
             ranges = list(raw.ranges)
-            local = sum(a.count * np.dtype(a.code).itemsize for a in raw.held if type(a) is _capi.LocalArg)
+            local = sum(a.nbytes for a in raw.held if type(a) is _capi.LocalArg)
             raise LaunchLimitError(f"kernel {raw.sycl_kernel.get_function_name()}: the SYCL runtime refused the "
                                    f"launch (global {tuple(reversed(ranges[:raw.nd]))}, local "
                                    f"{tuple(reversed(ranges[3:3 + raw.nd]))}); nothing was queued. A cause the "

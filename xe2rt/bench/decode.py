@@ -87,7 +87,6 @@ def _decode_rate(model, prompt: np.ndarray, steps: int) -> tuple[float, float, i
             model._decode(token, len(prompt) + s, greedy=True, wait=False)
             host.append(time.perf_counter() - t0)
             model.queue.wait()
-    model._argmax_done = False
     graph = model._graphs.get((model._bucket(len(prompt) + 1), True)) if model.native_graphs else None
     if graph is not None:
         return per_token, statistics.median(host), graph.launches, 1 + counter.n / 3

@@ -166,7 +166,7 @@ class DecoderLM:
         from .. import config
         self.native_graphs = config.native_graph_enabled()
         self._graphs: dict = {}
-        self._argmax_done = False  # the latest step's graph ran the greedy argmax
+        self._argmax_done = False  # the latest step's graph ran the greedy argmax (reset by every step and prompt)
         self._stats = None  # (temperature, its softmax_stats plan, the plan's output memory, a host array)
         self._candidates = {}  # window -> the topk plan of the sampling candidates, its outputs' memory, host arrays
         self._host_argmax = (np.empty(1, np.int32), np.empty(max(self._arg_rows, 1), np.int32))
@@ -260,6 +260,7 @@ class DecoderLM:
         rms_norm never writes its inputs, so the view is only read)."""
         if isinstance(tok, int) and start > 0 and last_only:
             return self._decode(tok, start)  # one decode token: the bound plans
+        self._argmax_done = False  # these logits are new: no step's graph chose from them
         cfg, w = self.cfg, self.w
         rms_norm, rope_kv = _op("rms_norm"), _op("rope_kv")
         import xe2rt
@@ -447,6 +448,18 @@ class DecoderLM:
                 dec["attn_ws"], max_length=bucket, out=dec["attn"])
         return plan
 
+    def _step_plans(self, length: int):
+        """(kernel family, plan) of a decode step of this length, in the order they run: per layer its plans with
+        the attention of the length's bucket after rope_kv, then the final norm and the lm_head."""
+        dec = self._dec
+        for i, p in enumerate(dec["layers"]):
+            for name, plan in p.items():
+                yield _PLAN_FAMILY.get(name, name), plan
+                if name == "rope_kv":
+                    yield "decode_attention", self._attention(i, length)
+        yield "rms_norm", dec["norm"]
+        yield "gemv", dec["head"]
+
     def _step_graph(self, length: int, greedy: bool):
         """The decode step of this length's bucket as one native xe2rt.graph: every layer's plans, the final norm and
         the lm_head, and with `greedy` the argmax's two launches; None while profile_step times each op, when
@@ -460,13 +473,7 @@ class DecoderLM:
         graph = self._graphs.get(key, False)
         if graph is False:
             import xe2rt
-            dec, plans = self._dec, []
-            for i, p in enumerate(dec["layers"]):  # _decode's order
-                for name, plan in p.items():
-                    plans.append(plan)
-                    if name == "rope_kv":
-                        plans.append(self._attention(i, length))
-            plans += [dec["norm"], dec["head"]]
+            plans = [plan for _, plan in self._step_plans(length)]
             if greedy:
                 plans += self._argmax_plans()[:2]
             graph = None
@@ -481,6 +488,7 @@ class DecoderLM:
         fixed buffer. Through the step's native graph when there is one (the greedy argmax included when `greedy`;
         waited for unless `wait` is False, and then the caller waits with self.queue.wait()), else through the
         bound plans, queued without waiting."""
+        self._argmax_done = False
         dec = self._decode_plans()
         # the embedding row into the fixed residual buffer, [position, length] (read by rope_kv and the attention on
         # the device) from a fixed host array: two queue.memcpy_async, about 10 us each against about 100 us per
@@ -503,20 +511,9 @@ class DecoderLM:
                 graph.wait()  # on the CPU device the waiting thread helps run the step (xe2rt.graphs)
             self._argmax_done = bool(greedy) and self._arg_rows > 0
             return dec["logits"]
-        timed = self.timer is not None
-        for i, p in enumerate(dec["layers"]):
-            for name, plan in p.items():
-                plan()
-                if timed:
-                    self._t(_PLAN_FAMILY.get(name, name))
-                if name == "rope_kv":
-                    self._attention(i, start + 1)()
-                    if timed:
-                        self._t("decode_attention")
-        dec["norm"]()
-        self._t("rms_norm")
-        dec["head"]()
-        self._t("gemv")
+        for family, plan in self._step_plans(start + 1):
+            plan()
+            self._t(family)
         return dec["logits"]
 
     # ----------------------------------------------------------------------------------------------- public
