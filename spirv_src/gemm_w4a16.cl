@@ -222,9 +222,19 @@ INLINE void gemm_w4_xe2(__global const half* A, __global const uchar* packed, __
 
 #include "w4_cpu.h" /* fixed_point_exponent, fixed_point */
 
+#if CPU_AVX2
+/* The same per-lane sum on hosts with AVX2 only (variant gemm_w4a16_avx2): two vpmaddwd and two adds, the same
+ * integers (w4_cpu.h's avx2_pmaddwd). */
+INLINE int16 vnni_dpwssd(int16 acc, int16 a, int16 b)
+{
+    return acc + (int16)(avx2_pmaddwd(as_short16(a.lo), as_short16(b.lo)),
+                         avx2_pmaddwd(as_short16(a.hi), as_short16(b.hi)));
+}
+#else
 /* AVX512-VNNI vpdpwssd: per 32-bit lane, acc + a.lo16 b.lo16 + a.hi16 b.hi16 (signed). Declared by its LLVM
  * intrinsic name (see w4_cpu.h's vnni_dpbusd): only binaries for hosts with AVX512-VNNI may call it. */
 int16 vnni_dpwssd(int16 acc, int16 a, int16 b) __asm__("llvm.x86.avx512.vpdpwssd.512");
+#endif
 
 #define TILE_ROWS (RB * RM)
 #define TILE_COLS 64 /* four 16-lane column vectors */

@@ -473,18 +473,39 @@ INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
         const int gs = g_begin + s * groups_per_step;
         const int k0 = gs * G;
         __local const int* xs = xq + (k0 / 128) * XQ_STRIDE;
+#if CPU_AVX2
+        short16 xw[8]; /* xw[4 j + t] lane i: xi at k0 + 64 j + 4 i + t (int8_parts_of) */
+        for (int v = 0; v < 8; ++v)
+            xw[v] = vload16(v, (__local const short*)xs);
+#else
         const int16 xeh = vload16(0, xs), xoh = vload16(1, xs), xel = vload16(2, xs), xol = vload16(3, xs);
+#endif
         const int16 xsum = vload16(4, xs);
         const float sx = as_float(xs[80]);
         const int16 start = ZP ? (int16)0 : xsum * -SYM_ZERO; /* sum (q - 8) xi = sum q xi - 8 sum xi */
         const float16 neg_xsum = -convert_float16(xsum);
         __attribute__((opencl_unroll_hint(RPT)))
         for (int r = 0; r < RPT; ++r) {
+#if CPU_AVX2
+            /* the row's 64 bytes as two ushort16: lane i of half j holds the codes k0 + 64 j + 4 i + t in bits 4t;
+             * vpmaddwd of code vector t with xw[4 j + t] sums k pairs, so int lane m of half j covers k0 + 64 j +
+             * 8 m .. + 7: lane 8 j + m of the VNNI path's dot, the same integer */
+            int8 d[2];
+            for (int j = 0; j < 2; ++j) {
+                const ushort16 w = vload16(j, (__global const ushort*)(prow[r] + k0 / 2));
+                d[j] = (avx2_pmaddwd(as_short16(w & (ushort)15), xw[4 * j])
+                        + avx2_pmaddwd(as_short16((w >> (ushort)4) & (ushort)15), xw[4 * j + 1]))
+                     + (avx2_pmaddwd(as_short16((w >> (ushort)8) & (ushort)15), xw[4 * j + 2])
+                        + avx2_pmaddwd(as_short16(w >> (ushort)12), xw[4 * j + 3]));
+            }
+            float16 u = convert_float16((int16)(d[0], d[1]) + start); /* exact: |dot| < 2^22 */
+#else
             const uint16 w = vload16(0, (__global const uint*)(prow[r] + k0 / 2));
             const uint16 even = w & 0x0F0F0F0Fu, odd = (w >> 4) & 0x0F0F0F0Fu; /* byte j: k 8 lane + 2 j (+ 1) */
             const int16 hi = vnni_dpbusd(vnni_dpbusd((int16)0, even, xeh), odd, xoh);
             const int16 lo = vnni_dpbusd(vnni_dpbusd(start, even, xel), odd, xol);
             float16 u = convert_float16((hi << 8) + lo); /* exact: |dot| < 2^22 */
+#endif
             if (ZP)
                 u = fma(lanes_uchar(zrow[r], gs, G), neg_xsum, u);
             acc[r] = fma(u, lanes_half(srow[r], gs, G) * sx, acc[r]);

@@ -84,6 +84,16 @@ INLINE float16 lanes_uchar(__global const uchar* p, int g0, const int G)
  * could not compile them. */
 int16 vnni_dpbusd(int16 acc, uint16 a, int16 b) __asm__("llvm.x86.avx512.vpdpbusd.512");
 
+/* AVX2 vpmaddwd (ymm): per 32-bit lane i, a[2i] b[2i] + a[2i + 1] b[2i + 1] of signed 16-bit lanes. The integer-dot
+ * path of hosts with AVX2 but no AVX512-VNNI (CPU_AVX2, variant gemv_w4a16_avx2): the codes widened to 16 bits,
+ * x as the same 15-bit fixed point, so the same exact integer dot as vnni_dpbusd's (bit for bit the same result).
+ * AVX2's byte form (vpmaddubsw ymm) takes 32 x i8 vectors, which SPIR-V cannot express. Declared like vnni_dpbusd;
+ * only binaries for hosts with AVX2 may call it (xe2rt.targets.cpu_has_avx2). */
+int8 avx2_pmaddwd(short16 a, short16 b) __asm__("llvm.x86.avx2.pmadd.wd");
+#ifndef CPU_AVX2
+#define CPU_AVX2 0
+#endif
+
 /* The VNNI kernels' fixed point for x (gemv_w4a16_vnni here, gemm_w4a16_vnni's launch 1): sx = 2^s, s = e - 13 with e
  * the exponent of the chunk's largest |x| (the largest lane of absmax), at least -24 (fp16's smallest), so every
  * |x / sx| < 2^14 and every element within 2^3 of the largest is a multiple of sx. */
@@ -123,7 +133,21 @@ INLINE void int8_parts_of(const float16* X, __local int* q) /* X[t] lane i = x[k
     a = fmax(a, fmax(fmax(fabs(X[4]), fabs(X[5])), fmax(fabs(X[6]), fabs(X[7]))));
     const float16 z = ((X[0] + X[1]) + (X[2] + X[3]) + (X[4] + X[5]) + (X[6] + X[7])) * 0.0f;
     const int e = fixed_point_exponent(a);
-    int16 hi[8], lo[8], sum = 0;
+    int16 sum = 0;
+#if CPU_AVX2
+    /* 16-bit xi in the order of a row's 64 code bytes read as two ushort16 (AVX2 step, gemv_w4a16.cl): short vector
+     * 4 j + t, lane i = xi at k = k0 + 64 j + 4 i + t, i.e. phase 4 (i % 2) + t, lane 8 j + i / 2 */
+    int16 xi[8];
+    for (int t = 0; t < 8; ++t) {
+        xi[t] = fixed_point(X[t], e);
+        sum += xi[t];
+    }
+    const uint16 ORDER = (uint16)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    for (int j = 0; j < 2; ++j)
+        for (int t = 0; t < 4; ++t)
+            vstore16(convert_short16(shuffle2(xi[t], xi[t + 4], ORDER + 8 * j)), 4 * j + t, (__local short*)q);
+#else
+    int16 hi[8], lo[8];
     for (int t = 0; t < 8; ++t) {
         const int16 xi = fixed_point(X[t], e);
         lo[t] = ((xi + 128) & 255) - 128;
@@ -134,6 +158,7 @@ INLINE void int8_parts_of(const float16* X, __local int* q) /* X[t] lane i = x[k
     vstore16((hi[1] & 255) | ((hi[3] & 255) << 8) | ((hi[5] & 255) << 16) | (hi[7] << 24), 1, q);
     vstore16((lo[0] & 255) | ((lo[2] & 255) << 8) | ((lo[4] & 255) << 16) | (lo[6] << 24), 2, q);
     vstore16((lo[1] & 255) | ((lo[3] & 255) << 8) | ((lo[5] & 255) << 16) | (lo[7] << 24), 3, q);
+#endif
     vstore16(sum, 4, q);
     q[80] = as_int(as_float((127 + e) << 23) + nonfinite_nan(z)); /* sx as float bits (NaN: a non-finite x) */
 }

@@ -23,12 +23,39 @@ def rng():
     return np.random.default_rng(1234)
 
 
-def skip_unless_vnni(queue):
-    """Skip where the *_vnni kernels cannot run (xe2rt.targets.cpu_has_avx512_vnni), saying why."""
+INT_DOT_FLAGS = {"vnni": "avx512_vnni", "avx2": "avx2"}  # integer-dot variant -> the host CPU flag it needs
+
+
+def skip_unless_int_dot(queue, variant: str):
+    """Skip where the integer-dot kernels of `variant` ("vnni": the *_vnni kernels, AVX512-VNNI; "avx2": the *_avx2
+    ones) cannot run (xe2rt.targets.cpu_has_flag), saying why."""
     from xe2rt import targets
-    if not targets.cpu_has_avx512_vnni(queue.sycl_device):
-        pytest.skip("the VNNI kernels run on CPUs with AVX512-VNNI; this host's /proc/cpuinfo has no avx512_vnni "
-                    "(or CL_CONFIG_CPU_TARGET_ARCH is set)")
+    flag = INT_DOT_FLAGS[variant]
+    if not targets.cpu_has_flag(queue.sycl_device, flag):
+        pytest.skip(f"the {variant} kernels run on CPUs with {targets.HOST_ISA_NAMES[flag]}; this host's "
+                    f"/proc/cpuinfo has no {flag} (or CL_CONFIG_CPU_TARGET_ARCH is set)")
+
+
+def skip_unless_vnni(queue):
+    skip_unless_int_dot(queue, "vnni")
+
+
+def skip_unless_host_runs(queue, check):
+    """Skip a check whose cpu binary needs a host CPU flag this host lacks (xe2rt.checks.Check.cpu_flag)."""
+    from xe2rt import targets
+    if check.cpu_flag and not targets.cpu_has_flag(queue.sycl_device, check.cpu_flag):
+        pytest.skip(f"the case's cpu binary needs a host CPU with {check.cpu_flag}; this host's /proc/cpuinfo has "
+                    f"none (or CL_CONFIG_CPU_TARGET_ARCH is set)")
+
+
+def int_dot_variant(queue) -> str:
+    """The integer-dot variant dequant="auto" takes on this device ("vnni" before "avx2"); skips where neither runs."""
+    from xe2rt import targets
+    for variant, flag in INT_DOT_FLAGS.items():
+        if targets.cpu_has_flag(queue.sycl_device, flag):
+            return variant
+    pytest.skip("the integer-dot kernels run on CPUs with AVX512-VNNI or AVX2; this host's /proc/cpuinfo has neither "
+                "(or CL_CONFIG_CPU_TARGET_ARCH is set)")
 
 
 def to_device(a, queue):

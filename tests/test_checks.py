@@ -6,7 +6,7 @@ import pytest
 
 from xe2rt import checks
 
-from conftest import skip_unless_vnni
+from conftest import skip_unless_host_runs
 
 FULL = ["gemv_fp16", "gemv_w8a16", "gemv_w4a16", "moe_ffn_w4a16", "softmax_stats"]
 CASES = [(c, t) for f in FULL for c in checks.checks_of(f) for t in c.targets]
@@ -18,8 +18,7 @@ def run(queue, check, target):
     if check.native_xe2:
         pytest.skip("needs the real DPAS / 2D block IO built-ins of an Xe2 GPU; the CPU device has neither "
                     "(the same kernels run here through the software built-ins: the xe2emu cases)")
-    if check.cpu_vnni:
-        skip_unless_vnni(queue)
+    skip_unless_host_runs(queue, check)
     result = check.run(queue, target)
     assert result.passed, f"{check} on {target}: {result.describe()}"
 

@@ -11,13 +11,14 @@ import dpnp
 import xe2rt
 from xe2rt.checks import gemm_w4a16 as C
 from xe2rt.ops import gemm_w4a16 as W
-from conftest import to_device
+from conftest import skip_unless_host_runs, to_device
 
 CASES = [(check, target) for check in C.checks() for target in check.targets]
 
 
 @pytest.mark.parametrize("check, target", CASES, ids=[f"{c.name}-{t}" for c, t in CASES])
 def test_check(queue, check, target):
+    skip_unless_host_runs(queue, check)
     result = check.run(queue, target)
     assert result.passed, result.describe()
 
@@ -212,16 +213,17 @@ def test_warm_calls_use_their_own_arrays(queue, rng, setup):
 
 def _w4_paths(queue):
     """(name, call) for every kernel path a W4 product of x [M, K] can take on this device: gemv_w4a16 at M = 1 with
-    each dequant variant, its batched kernels (M = 2), gemm_w4a16's GEMM at M = 20 (fp32 kernels, and the VNNI
-    kernels where the host has AVX512-VNNI)."""
+    each dequant variant, its batched kernels (M = 2), gemm_w4a16's GEMM at M = 20 (fp32 kernels, and the
+    integer-dot kernels where the host has AVX512-VNNI or AVX2)."""
     from xe2rt import targets
     from xe2rt.ops import gemv_w4a16 as V
-    vnni = targets.cpu_has_avx512_vnni(queue.sycl_device) and xe2rt.target_for(queue.sycl_device) == "cpu"
+    cpu = xe2rt.target_for(queue.sycl_device) == "cpu"
+    int_dot = tuple(v for v, flag in (("vnni", "avx512_vnni"), ("avx2", "avx2"))
+                    if cpu and targets.cpu_has_flag(queue.sycl_device, flag))
     paths = [(f"gemv M=1 {d}", 1, lambda x, qw, d=d: V.gemv_w4a16(x[0], qw, dequant=d)[None])
-             for d in ("magic", "plain") + (("vnni",) if vnni else ())]
+             for d in ("magic", "plain") + int_dot]
     paths.append(("gemv M=2", 2, lambda x, qw: xe2rt.gemm_w4a16(x, qw)))
-    paths += [(f"gemm M=20 {v}", 20, lambda x, qw, v=v: W.run(x, qw, variant=v)[0])
-              for v in ("native",) + (("vnni",) if vnni else ())]
+    paths += [(f"gemm M=20 {v}", 20, lambda x, qw, v=v: W.run(x, qw, variant=v)[0]) for v in ("native",) + int_dot]
     return paths
 
 

@@ -11,7 +11,7 @@ import xe2rt
 from xe2rt.ops import gemv_w4a16 as op
 from xe2rt.checks import gemv_w4a16 as checks_w4
 
-from conftest import guarded, skip_unless_vnni, to_device
+from conftest import guarded, int_dot_variant, skip_unless_int_dot, to_device
 from test_gemv_w4a16 import random_qw
 
 
@@ -55,23 +55,26 @@ def _split(result, form):
     return result if "res" in form else (result, None)
 
 
+@pytest.mark.parametrize("dequant", ["vnni", "avx2"])
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("n,k,group_size,symmetric", [(3072, 2048, 32, True), (1000, 1024, 128, False),
                                                       (20, 128, 64, True), (16384, 2048, 32, True)])
-def test_one_kernel_matches_the_ops_bit_for_bit(queue, rng, form, n, k, group_size, symmetric):
-    """On a VNNI host the call is one launch, and y (and s) are the separate ops' halves exactly: the norm's sum of
-    squares is taken in rms_norm_f16's order, both from decoder_cpu.h, each rounded to fp16 where the ops store."""
-    skip_unless_vnni(queue)
+def test_one_kernel_matches_the_ops_bit_for_bit(queue, rng, form, n, k, group_size, symmetric, dequant):
+    """On a VNNI (AVX2) host the call is one launch, and y (and s) are the separate ops' halves exactly: the norm's
+    sum of squares is taken in rms_norm_f16's order, both from decoder_cpu.h, each rounded to fp16 where the ops
+    store."""
+    skip_unless_int_dot(queue, dequant)
     qw = random_qw(rng, n, k, group_size, symmetric, queue)
-    assert op.fuses(queue, qw, norm="norm" in form, silu_mul="silu" in form, dequant="vnni")
+    assert op.fuses(queue, qw, norm="norm" in form, silu_mul="silu" in form, dequant=dequant)
     x, res, w = _inputs(rng, k)
-    got, s_got = _split(xe2rt.gemv_w4a16(to_device(x, queue), qw, dequant="vnni", **_kwargs(queue, form, res, w)), form)
-    want, s_want = _ops(queue, x, qw, form, res, w, dequant="vnni")
+    got, s_got = _split(xe2rt.gemv_w4a16(to_device(x, queue), qw, dequant=dequant, **_kwargs(queue, form, res, w)),
+                        form)
+    want, s_want = _ops(queue, x, qw, form, res, w, dequant=dequant)
     assert got.shape == want.shape
     assert np.array_equal(dpnp.asnumpy(got), dpnp.asnumpy(want))
     if s_want is not None:
         assert np.array_equal(dpnp.asnumpy(s_got), dpnp.asnumpy(s_want))
-    plan = xe2rt.bind(op.gemv_w4a16, to_device(x, queue), qw, dequant="vnni", **_kwargs(queue, form, res, w))
+    plan = xe2rt.bind(op.gemv_w4a16, to_device(x, queue), qw, dequant=dequant, **_kwargs(queue, form, res, w))
     assert plan.launches == 1
 
 
@@ -279,15 +282,14 @@ def test_xe2_silu_mul_writes_nothing_past_out(queue, rng, target):
 def test_norm_with_a_mean_square_near_eps(queue, rng, target):
     """norm= on x ~ 2e-3 (mean square 4e-6, near eps 1e-5): eps changes the result by about 60%, so a kernel that
     dropped it would be far outside this tolerance; against rms_norm then gemv_w4a16 on the same target."""
-    if target == "cpu":
-        skip_unless_vnni(queue)  # the one fused kernel is the VNNI one; elsewhere the ops run in turn
+    dequant = int_dot_variant(queue) if target == "cpu" else None  # the one fused cpu kernel is an integer-dot one
     k, n = 1024, 64
     qw = xe2rt.quantize_w4((rng.standard_normal((n, k)) * 0.05).astype(np.float32), group_size=64,
                            symmetric=True).to_device(queue)
     x = (2e-3 * rng.standard_normal(k)).astype(np.float16)
     w = (1 + 0.2 * rng.standard_normal(k)).astype(np.float16)
     got, _ = op.run_fused(to_device(x, queue), qw, norm=(to_device(w, queue), EPS), target=target,
-                          dequant="vnni" if target == "cpu" else None)
+                          dequant=dequant)
     a = xe2rt.rms_norm(to_device(x[None], queue), to_device(w, queue), eps=EPS, target=target)
     want = xe2rt.gemv_w4a16(a.reshape(k), qw, target=target)
     np.testing.assert_allclose(got.asnumpy().astype(np.float64), want.asnumpy().astype(np.float64), rtol=2e-2,

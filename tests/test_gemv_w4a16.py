@@ -9,7 +9,7 @@ from xe2rt.ops import gemv_w4a16 as op
 from xe2rt.quant import QuantizedW4
 from xe2rt.reference import quant as ref_q
 
-from conftest import TARGETS, skip_unless_vnni, to_device
+from conftest import TARGETS, skip_unless_int_dot, to_device
 
 GROUPS = [32, 64, 128]
 VARIANTS = ["magic", "plain"]
@@ -62,13 +62,14 @@ def test_w4_seed000_rule_against_unquantized(queue, rng, target, n, k, group_siz
     assert ref_q.seed000_failures(y, exact).size == 0
 
 
-@pytest.mark.parametrize("target,dequant", [(t, d) for t in TARGETS for d in VARIANTS] + [("cpu", "vnni")])
+@pytest.mark.parametrize("target,dequant", [(t, d) for t in TARGETS for d in VARIANTS] + [("cpu", "vnni"),
+                                                                                          ("cpu", "avx2")])
 def test_w4_dequant_identity_exhaustive_in_kernel(queue, target, dequant):
     """Row 16 z + q has every code equal to q and zero point z (all 16 x 16 pairs), scale 1. x is nonzero at
     k = 0, 1 (block-read path on Xe2) and at k = 1024, 1025 (tail path), with values whose products and sums are exact
     in fp32, so y must equal the float64 reference rounded once to fp16, bit for bit."""
-    if dequant == "vnni":
-        skip_unless_vnni(queue)
+    if dequant in ("vnni", "avx2"):
+        skip_unless_int_dot(queue, dequant)
     k, g = 1056, 32
     q = np.repeat(np.arange(16, dtype=np.uint8)[None, :], 16, axis=0).reshape(-1)  # row r: q = r % 16
     z = np.repeat(np.arange(16, dtype=np.uint8), 16)  # row r: z = r // 16
@@ -96,30 +97,33 @@ def test_w4_out_2d_and_unaligned_x(queue, rng, target):
     assert res is out and np.abs(dpnp.asnumpy(out)[0].astype(np.float64) - ref).max() <= 1e-2 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("dequant", ["vnni", "avx2"])
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_w4_vnni_fixed_point_x(queue, rng, symmetric):
+def test_w4_vnni_fixed_point_x(queue, rng, symmetric, dequant):
     """The VNNI kernels read x as 15-bit fixed point per 128-k step: with outliers 2^10 above the rest of their
     step the small elements are rounded to the step's grid, and the derived bound (which adds sum |w| |x' - x|) must
     still hold; an x whose every step is within 2^3 of its largest element is read exactly, so the result is within
     the fp32-accumulation bound of the exact x alone."""
-    skip_unless_vnni(queue)
+    skip_unless_int_dot(queue, dequant)
     n, k = 300, 2048 + 96  # 16 whole steps and a per-group tail
     qw = random_qw(rng, n, k, 32, symmetric, queue)
     x = (rng.standard_normal(k) * 1e-2).astype(np.float16)
     x[::128] = 40.0  # one outlier per step
-    y, ref = check(queue, x, qw, "cpu", "vnni")
+    y, ref = check(queue, x, qw, "cpu", dequant)
     assert (np.abs(ref_q.vnni_x(x) - x.astype(np.float64)) > 0).any()  # the case does round x
     x = np.where(rng.random(k) < 0.5, 1.0, -1.5).astype(np.float16) * rng.integers(1, 8, k).astype(np.float16)
     assert np.array_equal(ref_q.vnni_x(x), x.astype(np.float64))  # every element within 2^3 of its step's largest
-    y, ref = check(queue, x, qw, "cpu", "vnni")
-    constants = dict(op.program_variant(queue, "cpu", "vnni").constants)
+    y, ref = check(queue, x, qw, "cpu", dequant)
+    constants = dict(op.program_variant(queue, "cpu", dequant).constants)
     assert (np.abs(y - ref) <= ref_q.w4_kernel_bound(x, qw, {**constants, "WIDE_STEP": 0})).all()
 
 
-def test_w4_vnni_refused_where_it_cannot_run(queue, rng):
+@pytest.mark.parametrize("dequant,isa", [("vnni", "AVX512-VNNI"), ("avx2", "AVX2")])
+def test_w4_int_dot_refused_where_it_cannot_run(queue, rng, dequant, isa):
     qw = random_qw(rng, 8, 256, 32, True, queue)
-    with pytest.raises(xe2rt.InputError, match=r"dequant='vnni' needs the cpu target on a CPU device"):
-        xe2rt.gemv_w4a16(to_device(np.zeros(256, np.float16), queue), qw, target="bmg", dequant="vnni")
+    with pytest.raises(xe2rt.InputError, match=rf"dequant='{dequant}' needs the cpu target on a CPU device whose "
+                                               rf"host has {isa}; this call's target is 'bmg'"):
+        xe2rt.gemv_w4a16(to_device(np.zeros(256, np.float16), queue), qw, target="bmg", dequant=dequant)
 
 
 def test_w4_empty(queue, rng):
@@ -173,7 +177,7 @@ def test_w4_bad_input(queue, rng):
         (dict(x=to_device(np.zeros(k, np.float16), dpctl.SyclQueue(queue.sycl_device))), xe2rt.InputError,
          r"gemv_w4a16: qw and x are on different queues.*qw = qw\.to_device\(x\.sycl_queue\)"),
         (dict(out=dpnp.zeros(n + 1, dtype=np.float16, sycl_queue=queue)), xe2rt.InputError, r"out must have shape \(8,\)"),
-        (dict(dequant="fast"), xe2rt.InputError, r"dequant must be None, 'magic', 'plain', 'vnni' or 'auto', got 'fast'"),
+        (dict(dequant="fast"), xe2rt.InputError, r"dequant must be None, 'magic', 'plain', 'vnni', 'avx2' or 'auto', got 'fast'"),
     ]
     for kwargs, exc, pattern in cases:
         args = {"x": x, "qw": qw, "out": out}
@@ -207,8 +211,11 @@ def test_default_is_exact_in_x_with_an_outlier_channel(queue, rng):
         got = xe2rt.gemm_w4a16(to_device(a, queue), qw, target="cpu").asnumpy().astype(np.float64)
         assert (np.abs(got - ref) <= bound).all(), f"M={m}: {np.max(np.abs(got - ref) / bound):.1f} x the bound"
     from xe2rt import targets
-    if targets.cpu_has_avx512_vnni(queue.sycl_device):  # the fast path is not exact in x: why it is not the default
-        got = gemm_op.run(to_device(a, queue), qw, target="cpu", variant="vnni")[0].asnumpy().astype(np.float64)
-        assert np.max(np.abs(got - ref) / bound) > 10
-        assert gemm_op.resolve_family("auto", "cpu", queue) == gemm_op.FAMILIES["vnni"]
+    runs = [v for v, flag in (("vnni", "avx512_vnni"), ("avx2", "avx2")) if targets.cpu_has_flag(queue.sycl_device,
+                                                                                                   flag)]
+    for variant in runs:  # the fast paths are not exact in x: why they are not the default
+        got = gemm_op.run(to_device(a, queue), qw, target="cpu", variant=variant)[0].asnumpy().astype(np.float64)
+        assert np.max(np.abs(got - ref) / bound) > 10, variant
+    if runs:
+        assert gemm_op.resolve_family("auto", "cpu", queue) == gemm_op.FAMILIES[runs[0]]
     assert gemm_op.resolve_family("native", "cpu", queue) == gemm_op.FAMILIES["native"]

@@ -405,11 +405,11 @@ def test_sampling_second_candidate_tier(queue, tmp_path, monkeypatch):
 
 
 def test_w4_decode_step_folds_the_norms_and_silu_mul_into_its_gemvs(queue, tmp_path):
-    """On an AVX512-VNNI host a W4 decode step runs ln1 inside the qkv GEMV and ln2 and silu_mul inside the gate/up
+    """On an AVX512-VNNI or AVX2 host a W4 decode step runs ln1 inside the qkv GEMV and ln2 and silu_mul inside the gate/up
     GEMV (gemv_w4a16's norm= and silu_mul=, one kernel each): 3 launches fewer per dense layer, with tokens and
     logits equal bit for bit to the step with every op on its own."""
-    from conftest import skip_unless_vnni
-    skip_unless_vnni(queue)
+    from conftest import int_dot_variant
+    int_dot_variant(queue)
     folder = rnd.write("tiny-llama", tmp_path / "m", fmt="fp16", seed=5)
     fused = llm.load(folder, queue=queue, weights="w4", group_size=32, max_tokens=64, progress=False)
     apart = llm.load(folder, queue=queue, weights="w4", group_size=32, max_tokens=64, progress=False)

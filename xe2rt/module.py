@@ -328,9 +328,9 @@ def _choose(folder: Path, manifest: dict, target: str, module: str | None) -> st
     return module
 
 
-# A cpu binary built with this constant = 1 executes AVX512-VNNI instructions: loaded only where
-# targets.cpu_has_avx512_vnni holds (elsewhere the CPU runtime cannot compile it).
-VNNI_CONSTANT = "CPU_AVX512_VNNI"
+# A cpu binary built with one of targets.HOST_ISA_CONSTANTS = 1 (CPU_AVX512_VNNI, CPU_AVX2) executes those x86
+# instructions: loaded only where the host has them (targets.missing_host_isa; elsewhere the CPU runtime cannot
+# compile it).
 
 
 def verified_spirv(path: Path, entry: dict, hint: str) -> bytes:
@@ -369,10 +369,12 @@ def load(folder, *, queue: dpctl.SyclQueue | None = None, target: str | None = N
         manifest = read_manifest(folder)
         name = _choose(folder, manifest, chosen, module)
         entry = manifest["artifacts"][f"{chosen}/{name}.spv"]
-        if entry.get("constants", {}).get(VNNI_CONSTANT) and not targets.cpu_has_avx512_vnni(queue.sycl_device):
-            raise TargetError(f"{folder}: module {name!r} for {chosen} uses AVX512-VNNI instructions (constant "
-                              f"{VNNI_CONSTANT} = 1), which {queue.sycl_device.name!r} cannot run (it needs a CPU "
-                              f"device on a host with avx512_vnni, CL_CONFIG_CPU_TARGET_ARCH unset)")
+        flag = targets.missing_host_isa(queue.sycl_device, entry.get("constants", {}))
+        if flag:
+            constant = next(c for c, f in targets.HOST_ISA_CONSTANTS.items() if f == flag)
+            raise TargetError(f"{folder}: module {name!r} for {chosen} uses {targets.HOST_ISA_NAMES[flag]} "
+                              f"instructions (constant {constant} = 1), which {queue.sycl_device.name!r} cannot run "
+                              f"(it needs a CPU device on a host with {flag}, CL_CONFIG_CPU_TARGET_ARCH unset)")
         hint = rebuild_hint(folder, manifest)
         spirv = verified_spirv(folder / chosen / f"{name}.spv", entry, hint)
         loaded = _modules[key] = Module(folder, name, chosen, entry, spirv, queue, hint)

@@ -105,9 +105,8 @@ def run_checks(queue, target: str, families: list[str], quick: bool, native: boo
     only when `native`), each as a JSON-able record."""
     from . import checks as C
     from . import targets as T
-    vnni = T.cpu_has_avx512_vnni(queue.sycl_device)
     todo = [c for f in families for c in C.checks_of(f, quick) if target in c.targets and (native or not c.native_xe2)
-            and (vnni or not c.cpu_vnni)]
+            and (not c.cpu_flag or T.cpu_has_flag(queue.sycl_device, c.cpu_flag))]
     bar = _progress(len(todo), f"checks ({target})")
     records = []
     for check in todo:

@@ -167,12 +167,35 @@ def host_cpu_flags() -> frozenset:
     return _host_flags
 
 
+# The constants that mark a cpu binary calling x86 instructions by their LLVM intrinsic names (spirv_src/w4_cpu.h),
+# with the /proc/cpuinfo flag its host needs: the CPU runtime compiles such a binary only for a host that has them.
+HOST_ISA_CONSTANTS = {"CPU_AVX512_VNNI": "avx512_vnni", "CPU_AVX2": "avx2"}
+HOST_ISA_NAMES = {"avx512_vnni": "AVX512-VNNI", "avx2": "AVX2"}
+
+
+def cpu_has_flag(device: dpctl.SyclDevice, flag: str) -> bool:
+    """Whether cpu binaries that execute the instructions of host CPU flag `flag` (HOST_ISA_CONSTANTS) can run on
+    `device`: a CPU device on a host whose CPU reports the flag, and the CPU runtime compiling for that host
+    (CL_CONFIG_CPU_TARGET_ARCH unset). Elsewhere the runtime could not compile them."""
+    return device.is_cpu and flag in host_cpu_flags() and not os.environ.get("CL_CONFIG_CPU_TARGET_ARCH")
+
+
 def cpu_has_avx512_vnni(device: dpctl.SyclDevice) -> bool:
-    """Whether binaries that use AVX512-VNNI instructions (cpu binaries with the constant CPU_AVX512_VNNI, e.g.
-    gemv_w4a16_vnni) can run on `device`: a CPU device on a host whose CPU reports avx512_vnni, and the CPU runtime
-    compiling for that host (CL_CONFIG_CPU_TARGET_ARCH unset). Elsewhere the runtime could not compile them."""
-    return (device.is_cpu and "avx512_vnni" in host_cpu_flags()
-            and not os.environ.get("CL_CONFIG_CPU_TARGET_ARCH"))
+    """Whether binaries that use AVX512-VNNI instructions (constant CPU_AVX512_VNNI, e.g. gemv_w4a16_vnni) run here."""
+    return cpu_has_flag(device, "avx512_vnni")
+
+
+def cpu_has_avx2(device: dpctl.SyclDevice) -> bool:
+    """Whether binaries that use AVX2 instructions by name (constant CPU_AVX2, gemv_w4a16_avx2) run here."""
+    return cpu_has_flag(device, "avx2")
+
+
+def missing_host_isa(device: dpctl.SyclDevice, constants: dict) -> str | None:
+    """The host CPU flag a binary with these build constants needs and `device` lacks (None: it can run)."""
+    for constant, flag in HOST_ISA_CONSTANTS.items():
+        if constants.get(constant) and not cpu_has_flag(device, flag):
+            return flag
+    return None
 
 
 def describe_devices() -> str:

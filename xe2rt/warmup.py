@@ -6,7 +6,7 @@ import time
 
 import dpctl
 
-from . import artifacts, module, targets
+from . import artifacts, targets
 from .errors import InputError, InputTypeError
 
 
@@ -47,8 +47,9 @@ def warmup(queue: dpctl.SyclQueue | None = None, families=None, *, target: str |
 
 
 def runnable_families(queue: dpctl.SyclQueue, target: str) -> list[str]:
-    """The shipped families of `target` that the queue's device can run: all of them but, on a CPU without
-    AVX512-VNNI, the *_vnni ones (their binaries carry the constant module.VNNI_CONSTANT)."""
-    vnni = targets.cpu_has_avx512_vnni(queue.sycl_device)
+    """The shipped families of `target` that the queue's device can run: all of them but the cpu binaries that
+    call host instructions the CPU lacks (the *_vnni ones without AVX512-VNNI, *_avx2 without AVX2:
+    targets.missing_host_isa)."""
     return sorted(entry["family"] for entry in artifacts.manifest()["artifacts"].values()
-                  if entry["target"] == target and (vnni or not entry.get("constants", {}).get(module.VNNI_CONSTANT)))
+                  if entry["target"] == target
+                  and not targets.missing_host_isa(queue.sycl_device, entry.get("constants", {})))

@@ -43,7 +43,9 @@ class Check:
     run: Callable = field(compare=False)  # run(queue, target: str | None) -> Result
     targets: tuple = ("cpu", "bmg", "lnl")  # kernel targets the case is meaningful for
     native_xe2: bool = False  # needs the real DPAS / 2D block built-ins, i.e. an Xe2 GPU (not the CPU device)
-    cpu_vnni: bool = False  # needs a CPU device whose host has AVX512-VNNI (targets.cpu_has_avx512_vnni)
+    # a host CPU flag the case's cpu binary needs (targets.HOST_ISA_CONSTANTS: "avx512_vnni" for the *_vnni
+    # kernels, "avx2" for the *_avx2 ones; targets.cpu_has_flag), "" for none
+    cpu_flag: str = ""
 
     def __str__(self) -> str:
         return f"{self.family}[{self.name}]"

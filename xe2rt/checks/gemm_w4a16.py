@@ -63,7 +63,7 @@ def _case(m: int, n: int, k: int, g: int, symmetric: bool, *, bias: bool = False
         gemv = op.uses_gemv(m, b, activation)
         resolved = targets.resolve(queue.sycl_device, chosen)
         fp16_weights = not gemv and (resolved in XE2 or variant == "xe2emu")  # the Xe2 kernels' fp16 weights
-        vnni = not gemv and op.resolve_family(variant, resolved, queue) == op.FAMILIES["vnni"]
+        vnni = not gemv and op.resolve_family(variant, resolved, queue) in (op.FAMILIES["vnni"], op.FAMILIES["avx2"])
         bound = ref_quant.gemm_w4_bound(a, pre, mag, bias=b, activation=activation, fp16_weights=fp16_weights,
                                         x_error=ref_quant.gemm_w4_x_error(a, qw) if vnni else None)
         if gemv and m == 1:  # gemv_w4a16's own bound (its VNNI step rounds x too)
@@ -113,9 +113,10 @@ def checks(quick: bool = False) -> list[Check]:
     for i, (m, n, k, g, sym, options, targets) in enumerate(cases):
         name, run = _case(m, n, k, g, sym, seed=i, **options)
         out.append(Check(FAMILY, name, run, targets))
-        if not quick and "cpu" in targets and m > 16:  # the cpu's VNNI kernels (variant="vnni"), where they run
-            name, run = _case(m, n, k, g, sym, seed=i, cpu_variant="vnni", **options)
-            out.append(Check(FAMILY, name + " (vnni)", run, ("cpu",), cpu_vnni=True))
+        if not quick and "cpu" in targets and m > 16:  # the cpu's integer-dot kernels, where the host runs them
+            for variant, flag in (("vnni", "avx512_vnni"), ("avx2", "avx2")):
+                name, run = _case(m, n, k, g, sym, seed=i, cpu_variant=variant, **options)
+                out.append(Check(FAMILY, f"{name} ({variant})", run, ("cpu",), cpu_flag=flag))
         if not quick and targets == ALL and m > 16:
             # the native Xe2 step itself (bmg / lnl's xe2emu builds run the emulation's own step), with the software
             # built-ins: the xe2emu build for the cpu target (NATIVE_STEP = 1)

@@ -1,4 +1,5 @@
-"""gemv_w4a16 cases: every target's binary, both dequant variants (and on CPUs with AVX512-VNNI the VNNI kernels),
+"""gemv_w4a16 cases: every target's binary, both dequant variants (and on the cpu the integer-dot kernels where the
+host runs them: "vnni" with AVX512-VNNI, "avx2" with AVX2),
 symmetric and zero-point weights, against the float64 reference of dequantize() (xe2rt.reference.quant); the fused
 kernels (norm= / residual= / silu_mul=; VNNI on the cpu, and bmg / lnl) against the float64 rms_norm / silu_mul
 references too (FUSED_RULE).
@@ -20,11 +21,11 @@ ALL = ("cpu", "bmg", "lnl")
 # (N, K, group, symmetric, dequant): N tails; K = 4224 not a multiple of VL 512; K not a multiple of 128 exercises the
 # CPU wide path's per-group tail.
 SHAPES = [(n, k, g, s, d) for n, k in [(1, 4224), (7, 4224), (1000, 1024), (13, 8448)]
-          for g in (32, 64, 128) for s in (True, False) for d in ("magic", "plain", "vnni")]
+          for g in (32, 64, 128) for s in (True, False) for d in ("magic", "plain", "vnni", "avx2")]
 # 448 = 3 x 128 + 64, 352 = 2 x 128 + 96, 160 = 128 + 32; K = 96 has no whole 128-k step
 TAILS = [(n, k, g, s, d) for n, k, g, s in [(19, 448, 64, True), (45, 352, 32, False), (9, 160, 32, True),
                                             (17, 96, 32, False), (23, 448, 64, False)]
-         for d in ("magic", "plain", "vnni")]
+         for d in ("magic", "plain", "vnni", "avx2")]
 LLM = [(n, k, g, s, None) for n, k in [(4096, 14336), (14336, 4096), (9728, 2560), (2560, 9728)]
        for g, s in [(128, True), (32, False)]]
 QUICK = [(45, 352, 32, False, None)]
@@ -109,10 +110,14 @@ def run_fused_case(queue, target, form, n, k, group_size, symmetric, dequant, ep
     return elementwise(host(got).astype(np.float64).reshape(-1), ref, bound, rule=FUSED_RULE)
 
 
-def _fused(form, n, k, gs, sym):
-    name = f"{form} N={n} K={k} g{gs} {'sym' if sym else 'zp'} vnni (one launch)"
-    return Check("gemv_w4a16", name, lambda q, t: run_fused_case(q, t, form, n, k, gs, sym, "vnni"), ("cpu",),
-                 cpu_vnni=True)
+# the host CPU flag each integer-dot dequant variant's cpu binary needs
+INT_DOT_FLAGS = {"vnni": "avx512_vnni", "avx2": "avx2"}
+
+
+def _fused(form, n, k, gs, sym, deq):
+    name = f"{form} N={n} K={k} g{gs} {'sym' if sym else 'zp'} {deq} (one launch)"
+    return Check("gemv_w4a16", name, lambda q, t: run_fused_case(q, t, form, n, k, gs, sym, deq), ("cpu",),
+                 cpu_flag=INT_DOT_FLAGS[deq])
 
 
 def _fused_xe2(form, n, k, gs, sym):
@@ -122,13 +127,14 @@ def _fused_xe2(form, n, k, gs, sym):
 
 def _case(n, k, gs, sym, deq, targets):
     name = f"N={n} K={k} g{gs} {'sym' if sym else 'zp'} {deq or 'default'}"
-    if deq == "vnni":  # the cpu target's VNNI kernels: CPU devices with AVX512-VNNI only
+    if deq in INT_DOT_FLAGS:  # the cpu target's integer-dot kernels: CPU devices with that instruction set only
         targets = tuple(t for t in targets if t == "cpu")
-    return Check("gemv_w4a16", name, lambda q, t: run_case(q, t, n, k, gs, sym, deq), targets, cpu_vnni=deq == "vnni")
+    return Check("gemv_w4a16", name, lambda q, t: run_case(q, t, n, k, gs, sym, deq), targets,
+                 cpu_flag=INT_DOT_FLAGS.get(deq, ""))
 
 
 def checks(quick: bool = False) -> list[Check]:
     if quick:
         return [_case(*c, ALL) for c in QUICK]
-    return [_case(*c, ALL) for c in SHAPES + TAILS] + [_case(*c, ("cpu",)) for c in LLM] + [_fused(*c) for c in FUSED] + \
+    return [_case(*c, ALL) for c in SHAPES + TAILS] + [_case(*c, ("cpu",)) for c in LLM] + [_fused(*c, d) for c in FUSED for d in INT_DOT_FLAGS] + \
         [_fused_xe2(*c) for c in FUSED_XE2]

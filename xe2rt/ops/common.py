@@ -118,13 +118,16 @@ def check_native_xe2(op: str, native: bool, target: str, queue: dpctl.SyclQueue)
             f"kernels with software DPAS and 2D block reads")
 
 
-def vnni_available(op: str, option: str, requested: bool, target: str, queue: dpctl.SyclQueue) -> bool:
-    """Whether a call on `target` and the queue's device can run the *_vnni kernels (targets.cpu_has_avx512_vnni);
-    a call that asked for them (`requested`, by `option`, e.g. "dequant='vnni'") where they cannot is refused."""
-    available = target == "cpu" and targets.cpu_has_avx512_vnni(queue.sycl_device)
+def vnni_available(op: str, option: str, requested: bool, target: str, queue: dpctl.SyclQueue,
+                   flag: str = "avx512_vnni") -> bool:
+    """Whether a call on `target` and the queue's device can run the cpu kernels that call the instructions of host
+    CPU flag `flag` (the *_vnni kernels: avx512_vnni; gemv_w4a16_avx2: avx2; targets.cpu_has_flag); a call that
+    asked for them (`requested`, by `option`, e.g. "dequant='vnni'") where they cannot is refused."""
+    available = target == "cpu" and targets.cpu_has_flag(queue.sycl_device, flag)
     if requested and not available:
-        raise InputError(f"{op}: {option} needs the cpu target on a CPU device whose host has AVX512-VNNI; this "
-                         f"call's target is {target!r} on {queue.sycl_device.name!r}")
+        raise InputError(f"{op}: {option} needs the cpu target on a CPU device whose host has "
+                         f"{targets.HOST_ISA_NAMES[flag]}; this call's target is {target!r} on "
+                         f"{queue.sycl_device.name!r}")
     return available
 
 

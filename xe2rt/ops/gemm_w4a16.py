@@ -48,7 +48,8 @@ from .gemv_common import check_quantized
 from .. import launch
 
 OP = "gemm_w4a16"
-FAMILIES = {"native": "gemm_w4a16", "xe2emu": "gemm_w4a16_xe2emu", "vnni": "gemm_w4a16_vnni", "fp32": "gemm_w4a16"}
+FAMILIES = {"native": "gemm_w4a16", "xe2emu": "gemm_w4a16_xe2emu", "vnni": "gemm_w4a16_vnni", "avx2": "gemm_w4a16_avx2",
+            "fp32": "gemm_w4a16"}
 VNNI_KC = 128  # gemm_w4a16.cl KC: k per x scale
 TILE_M, TILE_N, K_STEP = 32, 64, 64
 CPU_PACKET = 16
@@ -97,13 +98,14 @@ def vnni_workspace_ints(m: int, k: int) -> int:
 
 
 def resolve_family(variant: str, target: str, queue) -> str:
-    """The family a call runs: "vnni" where it runs (refused by name elsewhere), "auto" the VNNI one on a CPU device
-    with AVX512-VNNI and "native" otherwise."""
+    """The family a call runs: "vnni" / "avx2" where they run (refused by name elsewhere), "auto" the VNNI one on a
+    CPU device with AVX512-VNNI, the AVX2 one (the same integers) on one with AVX2 only, and "native" otherwise."""
     vnni_host = vnni_available(OP, "variant='vnni'", variant == "vnni", target, queue)
+    avx2_host = vnni_available(OP, "variant='avx2'", variant == "avx2", target, queue, "avx2")
     if variant == "fp32" and target != "cpu":
         raise InputError(f"{OP}: variant='fp32' is the cpu target's fp32 kernel; this call's target is {target!r}")
     if variant == "auto":
-        return FAMILIES["vnni" if vnni_host else "native"]
+        return FAMILIES["vnni" if vnni_host else "avx2" if avx2_host else "native"]
     return FAMILIES[variant]
 
 
@@ -182,7 +184,7 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
         raise InputError(f"{OP}: variant must be one of {sorted(FAMILIES) + ['auto']}, got {variant!r}")
     queue, m, n, k = check_inputs(a, qw, bias, activation, out)
     if uses_gemv(m, bias, activation):
-        return gemv_w4a16.run(a, qw, out=out, target=target, dequant=variant if variant in ("vnni", "auto") else None)
+        return gemv_w4a16.run(a, qw, out=out, target=target, dequant=variant if variant in ("vnni", "avx2", "auto") else None)
     chosen = targets.resolve(queue.sycl_device, target)
     family = resolve_family(variant, chosen, queue)
     check_native_xe2(OP, family == FAMILIES["native"], chosen, queue)

@@ -43,8 +43,10 @@ from .gemv_common import kernel_name as batched_name
 OP = "gemv_w4a16"
 FAMILIES = ("gemv_w4a16", "gemv_w4a16_alt")
 VNNI_FAMILY = "gemv_w4a16_vnni"
+AVX2_FAMILY = "gemv_w4a16_avx2"  # the VNNI kernels' integer dot with AVX2's vpmaddwd: the same results bit for bit
+INT_DOT_FAMILIES = (VNNI_FAMILY, AVX2_FAMILY)
 DEQUANT = {"magic": 1, "plain": 0}
-DEQUANT_NAMES = ("magic", "plain", "vnni", "auto")
+DEQUANT_NAMES = ("magic", "plain", "vnni", "avx2", "auto")
 _F16 = [np.float16]
 
 
@@ -53,15 +55,20 @@ def kernel_name(group_size: int, symmetric: bool, m: int = 1) -> str:
 
 
 def program_variant(queue, target: str | None, dequant: str | None, m: int = 1):
-    """The program of the requested dequant variant (None: the target's default, family gemv_w4a16; "auto": "vnni"
-    where it runs, else the default; the batched kernels are those of gemv_w4a16 in every variant)."""
+    """The program of the requested dequant variant (None: the target's default, family gemv_w4a16; "auto": the
+    integer-dot kernels where they run, "vnni" before "avx2", else the default; the batched kernels are those of
+    gemv_w4a16 in every variant)."""
     if dequant is not None and dequant not in DEQUANT_NAMES:
-        raise InputError(f"{OP}: dequant must be None, 'magic', 'plain', 'vnni' or 'auto', got {dequant!r}")
-    # the target first, so that a call that runs the VNNI kernels loads no other program (a tidy-up: the CPU runtime
-    # compiles a kernel only when it is first created, so loading the default family cost little)
-    vnni = vnni_available(OP, "dequant='vnni'", dequant == "vnni", target_for(queue, target), queue)
+        raise InputError(f"{OP}: dequant must be None, 'magic', 'plain', 'vnni', 'avx2' or 'auto', got {dequant!r}")
+    # the target first, so that a call that runs the integer-dot kernels loads no other program (a tidy-up: the CPU
+    # runtime compiles a kernel only when it is first created, so loading the default family cost little)
+    chosen = target_for(queue, target)
+    vnni = vnni_available(OP, "dequant='vnni'", dequant == "vnni", chosen, queue)
     if vnni and dequant in ("auto", "vnni") and m == 1:
         return program_for(queue, VNNI_FAMILY, "cpu")
+    if dequant in ("auto", "avx2") and vnni_available(OP, "dequant='avx2'", dequant == "avx2", chosen, queue,
+                                                      "avx2") and m == 1:
+        return program_for(queue, AVX2_FAMILY, "cpu")
     program = program_for(queue, FAMILIES[0], target)
     if dequant not in DEQUANT or program.constants["DEQUANT_MAGIC"] == DEQUANT[dequant]:
         return program
@@ -154,7 +161,7 @@ def _fuses(program, m: int, n: int, k: int, norm: bool, silu_mul: bool, aligned:
     of the 512-k block read, 16-byte aligned arrays); M = 1 and N > 0 either way."""
     if m != 1 or n == 0:
         return False
-    if program.name == VNNI_FAMILY:
+    if program.name in INT_DOT_FAMILIES:
         return (k % 128 == 0 or not norm) and (n % 4 == 0 or not silu_mul)
     return is_xe2(program.target) and k % (32 * program.constants["SG"]) == 0 and aligned
 
