@@ -33,6 +33,7 @@ def _device_entry(device: dpctl.SyclDevice) -> dict:
         # What launches fill (256-GRF Xe2 kernels) and, for Xe2 targets, the chip figures the estimates would use.
         entry["hw_threads"] = targets.hw_threads(device, entry["target"])
         entry["avx512_vnni"] = entry["target"] == "cpu" and targets.cpu_has_avx512_vnni(device)
+        entry["avx2"] = entry["target"] == "cpu" and targets.cpu_has_avx2(device)
         if entry["target"] in targets.NOMINAL_CHIP:
             chip, source = targets.chip_figures(device, entry["target"])
             entry["chip_figures"] = {"chip": chip.name, "xe_cores": chip.xe_cores, "clock_ghz": chip.clock_ghz,
@@ -83,7 +84,9 @@ def format_info(data: dict, isa: bool = False) -> str:
         lines.append(f"  {d['filter']:14s} {d['name']!r} -> target {d['target']}  ({d['why']}), "
                      f"hardware threads to fill: {d.get('hw_threads', '-')}"
                      + ("; AVX512-VNNI: the W4 GEMV and GEMM can run the *_vnni kernels (dequant / variant \"vnni\" or "
-                        "\"auto\"; xe2rt.models.llm does)" if d.get("avx512_vnni") else ""))
+                        "\"auto\"; xe2rt.models.llm does)" if d.get("avx512_vnni") else
+                        "; AVX2: the W4 GEMV and GEMM can run the *_avx2 kernels (dequant / variant \"avx2\" or "
+                        "\"auto\"; xe2rt.models.llm does)" if d.get("avx2") else ""))
     by_target: dict[str, list] = {}
     for key, b in data["binaries"].items():
         by_target.setdefault(key.split("/")[0], []).append((key, b))

@@ -22,8 +22,8 @@ Generator); the host reads back only the chosen token id. A decode step replays 
 (see _decode_plans), decode_attention's included: it reads the length from the device; on an in-order OpenCL queue
 with command buffers the step's plans (and the greedy argmax's) are one xe2rt.graph per bucket of lengths, one
 submission per token (_step_graph). For W4 layers where
-gemv_w4a16 runs them as one kernel (the CPU's VNNI kernels; Xe2 with hidden a multiple of 512) the step folds ln1 into
-the qkv GEMV and ln2 + silu_mul into the gate/up GEMV (gemv_w4a16's norm= / silu_mul=).
+gemv_w4a16 runs them as one kernel (the CPU's VNNI or AVX2 kernels; Xe2 with hidden a multiple of 512) the step
+folds ln1 into the qkv GEMV and ln2 + silu_mul into the gate/up GEMV (gemv_w4a16's norm= / silu_mul=).
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def load(path, *, queue=None, weights: str = "auto", group_size: int = 128, max_
     (bfloat16 -> float16, 4-bit formats -> W4), "fp16" dequantizes, "w4" / "w8" quantize float weights on load
     with `group_size` (4-bit checkpoints stay W4; with "auto" their float lm_head is quantized at their own group
     size). max_tokens sizes the KV cache (prompt + generated tokens).
-    exact=False lets the W4 layers use the integer-dot kernels where they run (CPU devices with AVX512-VNNI:
+    exact=False lets the W4 layers use the integer-dot kernels where they run (CPU devices with AVX512-VNNI or AVX2:
     activations rounded to 15-bit fixed point per 128 k, finer than llama.cpp's 8-bit; dequant / variant "auto" of
     gemv_w4a16 / gemm_w4a16); exact=True keeps them on the kernels exact in the activations."""
     check_mode(weights, group_size)
@@ -245,7 +245,7 @@ class DecoderLM:
     def _fuses(self, w, silu_mul: bool = False) -> bool:
         """Whether a decode step folds the rms_norm before linear w (and with silu_mul the SiLU-and-multiply after
         it) into its GEMV: W4 weights (not loaded exact=True) where gemv_w4a16 runs that as one kernel (the VNNI
-        kernels, or Xe2 with K a multiple of 512)."""
+        kernels, the AVX2 ones, or Xe2 with K a multiple of 512)."""
         from ..ops import gemv_w4a16
         return isinstance(w, QuantizedW4) and not self.exact and gemv_w4a16.fuses(self.queue, w, silu_mul=silu_mul,
                                                                                   dequant="auto")

@@ -21,8 +21,9 @@ Geometry, CPU shape: one 16-lane packet per (RB x RM) rows x 16 NJ columns:
 Variants: "native" (default) is the real thing per target: DPAS on bmg/lnl, the fp32 CPU shape on cpu. "vnni" (CPU
 devices whose host has AVX512-VNNI, targets.cpu_has_avx512_vnni) multiplies integer code pairs with x rounded to
 15-bit fixed point per row and 128-k chunk: about 1.8x faster there, and outside the fp32 bound where one element of
-a chunk dwarfs the others (an outlier channel); "auto" is "vnni" where it runs, else "native" (what
-xe2rt.models.llm asks for). "xe2emu" runs the Xe2 kernels with software DPAS and 2D block reads on any device (how
+a chunk dwarfs the others (an outlier channel); "avx2" (CPU hosts with AVX2, gemm_w4a16_avx2) is the same kernels
+with vpmaddwd for vpdpwssd and a 1 x 64 register tile, bit for bit "vnni"'s results (3.5x the fp32 kernel on a
+Zen 3); "auto" is "vnni" where it runs, else "avx2" where that runs, else "native" (what xe2rt.models.llm asks for). "xe2emu" runs the Xe2 kernels with software DPAS and 2D block reads on any device (how
 the Xe2 path is tested on the CPU device); "fp32" names the cpu target's fp32 shape (= "native" there).
 Geometry, VNNI (gemm_w4a16_vnni, built for the cpu only): launch 1 (gemm_w4a16_quantize_x) makes x 15-bit fixed
 point per row and 128-k chunk into a workspace (M K/2 ints + M ceil(K/128) scales; cached per thread and queue, a
@@ -184,7 +185,8 @@ def run(a, qw, *, bias=None, activation=None, out=None, target: str | None = Non
         raise InputError(f"{OP}: variant must be one of {sorted(FAMILIES) + ['auto']}, got {variant!r}")
     queue, m, n, k = check_inputs(a, qw, bias, activation, out)
     if uses_gemv(m, bias, activation):
-        return gemv_w4a16.run(a, qw, out=out, target=target, dequant=variant if variant in ("vnni", "avx2", "auto") else None)
+        dequant = variant if variant in ("vnni", "avx2", "auto") else None
+        return gemv_w4a16.run(a, qw, out=out, target=target, dequant=dequant)
     chosen = targets.resolve(queue.sycl_device, target)
     family = resolve_family(variant, chosen, queue)
     check_native_xe2(OP, family == FAMILIES["native"], chosen, queue)

@@ -14,8 +14,10 @@ times the codes is exact in fp32), the default on every device. "vnni" (family g
 only, M = 1, CPU devices whose host has AVX512-VNNI: targets.cpu_has_avx512_vnni) asks for integer dot products of
 the codes with x as 15-bit fixed point per 128-k step (gemv_w4a16.cl's header): x is then rounded to a multiple of
 2^-14 of its step's largest |x| (elements within 2^3 of the largest exactly), about 1.6x faster, and outside the fp32
-bound where one element of a step dwarfs the others (an outlier channel). "auto" is "vnni" where it runs (M = 1 on
-such a host), else the default: what xe2rt.models.llm asks for.
+bound where one element of a step dwarfs the others (an outlier channel). "avx2" (family gemv_w4a16_avx2, CPU hosts
+with AVX2) is the same kernels with the integer dot done by vpmaddwd on codes widened to 16 bits: bit for bit the
+"vnni" results, 1.5-2.1x the default's speed on a Zen 3. "auto" is "vnni" where it runs, else "avx2" where that runs
+(M = 1 on such a host), else the default: what xe2rt.models.llm asks for.
 
 Folded decoder ops (norm=, residual=, silu_mul=): the rms_norm before a projection and the SiLU-and-multiply after a
 [gate; up] projection, as xe2rt.rms_norm / xe2rt.silu_mul compute them. One launch of a _norm, _silu or _norm_silu
@@ -235,7 +237,7 @@ def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequa
     """y = dequant(qw) @ x for float16 x [K] (y [N]) or x [M, K] with M <= 16 (y [M, N] = x @ dequant(qw).T), qw a
     QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain";
     "vnni": integer dot products with x rounded to 15-bit fixed point per 128 k, CPU devices with AVX512-VNNI only;
-    "auto": "vnni" where it runs, else the default) overrides the target's default variant (M = 1 only: the batched
+    "avx2": the same integers on CPU devices with AVX2; "auto": "vnni", else "avx2", where it runs, else the default) overrides the target's default variant (M = 1 only: the batched
     kernels dequantize exactly first either way);
     `target` forces a kernel target (bmg, lnl, cpu) for this call.
 
