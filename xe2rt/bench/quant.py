@@ -112,8 +112,9 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         pool = _w4_pool(ctx, host, copies)
         chosen = w4_op.program_variant(ctx.queue, ctx.target, None)
         variants = ["magic", "plain"] if chosen.constants["DEQUANT_MAGIC"] else ["plain", "magic"]
-        if w4_op.program_variant(ctx.queue, ctx.target, "auto").name == w4_op.VNNI_FAMILY:
-            variants.append("vnni")  # CPUs with AVX512-VNNI: the integer-dot kernel the LLM runner asks for
+        auto = w4_op.program_variant(ctx.queue, ctx.target, "auto").name
+        if auto in w4_op.INT_DOT_FAMILIES:  # CPUs with AVX512-VNNI or AVX2: the kernel the LLM runner asks for
+            variants.append("vnni" if auto == w4_op.VNNI_FAMILY else "avx2")
         timed = []
         for dq in variants:
             seconds = ctx.time_events(lambda i: w4_op.run(x, pool[i % copies], out=y, dequant=dq)[1])
@@ -123,7 +124,8 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         del pool
         for dq, seconds, wall, read_gbps in timed:
             tag = "default" if dq == variants[0] else "other"
-            how = {"magic": "bias correction", "plain": "per-element", "vnni": "AVX512-VNNI integer dot products"}[dq]
+            how = {"magic": "bias correction", "plain": "per-element", "vnni": "AVX512-VNNI integer dot products",
+                   "avx2": "AVX2 integer dot products"}[dq]
             results.append(Result("gemv_w4a16", f"{n}x{k} g{GROUP}", f"{ctx.target}:{dq}", seconds, wall,
                                   bytes=nbytes, flops=2 * n * k, alternative="dpnp deq f32+matvec", alt_seconds=alt,
                                   note=f"{tag} dequant ({how}); "
