@@ -246,3 +246,33 @@ def test_non_finite_activations_never_give_finite_outputs(queue, rng, special):
             assert np.isnan(y[0]).all(), (name, y[0])
         if m > 1:
             assert np.abs(y[1:] - exact).max() <= 1e-2 * np.abs(exact).max(), name
+
+
+@pytest.mark.parametrize("m,n,k,group_size,symmetric,bias,activation", [
+    (128, 200, 640, 128, False, True, "gelu"), (33, 77, 96, 32, True, False, None), (300, 130, 1024, 64, False, True,
+                                                                                    "relu")])
+def test_cpu256_tile_equals_the_default_cpu_kernel_bit_for_bit(queue, rng, m, n, k, group_size, symmetric, bias,
+                                                                 activation):
+    """gemm_w4a16_cpu256 (what "native" runs on the cpu target of a host without AVX-512) is the fp32 kernel with a
+    smaller register tile: the same products summed in the same order, so every output equals the default cpu
+    kernel's bit for bit, edge tiles (M, N not multiples of the tile) and epilogues included. Both run on any host."""
+    from xe2rt.reference import quant as ref_quant
+    qw = xe2rt.quantize_w4((rng.standard_normal((n, k)) * 0.05).astype(np.float32), group_size=group_size,
+                           symmetric=symmetric).to_device(queue)
+    a_host = rng.standard_normal((m, k)).astype(np.float16)
+    b_host = rng.standard_normal(n).astype(np.float16) if bias else None
+    a = to_device(a_host, queue)
+    b = to_device(b_host, queue) if bias else None
+    got = {}
+    for family in ("gemm_w4a16", "gemm_w4a16_cpu256"):
+        saved = W.FAMILIES["fp32_256"]
+        W.FAMILIES["fp32_256"] = family
+        try:
+            got[family] = dpnp.asnumpy(W.run(a, qw, bias=b, activation=activation, target="cpu",
+                                             variant="fp32_256")[0])
+        finally:
+            W.FAMILIES["fp32_256"] = saved
+    assert np.array_equal(got["gemm_w4a16"], got["gemm_w4a16_cpu256"])
+    ref, pre, mag = ref_quant.gemm_w4(a_host, qw, bias=b_host, activation=activation)  # and both are right
+    bound = ref_quant.gemm_w4_bound(a_host, pre, mag, bias=b_host, activation=activation, fp16_weights=False)
+    assert (np.abs(got["gemm_w4a16_cpu256"].astype(np.float64) - ref) <= bound).all()

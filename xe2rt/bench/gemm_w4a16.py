@@ -63,9 +63,9 @@ def cases(ctx: BenchContext) -> list[Result]:
                 f16_read = ctx.last_read_gbps
                 f16_wall = ctx.time_wall(lambda i: fp16_op.gemm_fp16(a, fp16_pool[i % len(fp16_pool)],
                                                                      b_layout="nk", out=out))
-                def w4_launches(i):  # every launch of the op (the VNNI kernels' x conversion included)
+                def w4_launches(i, variant="native"):  # every launch (the integer-dot kernels' x conversion too)
                     events = []
-                    op.run(a, pool[i % copies], out=out, events=events)
+                    op.run(a, pool[i % copies], out=out, events=events, variant=variant)
                     return events
 
                 w4 = ctx.time_events(w4_launches)
@@ -88,6 +88,18 @@ def cases(ctx: BenchContext) -> list[Result]:
                                            f"copies; {label}", read_gbps=w4_read))
                 ctx.say(f"    M={m}: fp16 {f16 * 1e3:.1f} ms, w4 {w4 * 1e3:.1f} ms (fp16/w4 {f16 / w4:.2f}x), "
                         f"dpnp {alt * 1e3:.1f} ms")
+                auto = op.resolve_family("auto", ctx.target, ctx.queue)
+                if auto != op.FAMILIES["native"]:  # the integer-dot kernels "auto" (the LLM runner's prefill) takes
+                    variant = next(v for v in ("vnni", "avx2") if op.FAMILIES[v] == auto)
+                    fast = ctx.time_events(lambda i: w4_launches(i, variant))
+                    fast_read = ctx.last_read_gbps
+                    fast_wall = ctx.time_wall(lambda i: op.run(a, pool[i % copies], out=out, variant=variant)[0])
+                    results.append(Result("gemm_w4a16", case, f"{ctx.target}:w4g{GROUP}:{variant}", fast,
+                                          fast_wall, bytes=w4_bytes(m, n, k, GROUP), flops=flops,
+                                          note=f"variant {variant!r} (what 'auto' and xe2rt.models.llm take here; x "
+                                               f"in 15-bit fixed point); fp16/w4 kernel time {f16 / fast:.2f}x; "
+                                               f"{pct_peak(fast)}; {label}", read_gbps=fast_read))
+                    ctx.say(f"    M={m}: w4 {variant} {fast * 1e3:.1f} ms (fp16/w4 {f16 / fast:.2f}x)")
             del pool, fp16_pool
     finally:
         ctx.iters = saved_iters
