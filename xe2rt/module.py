@@ -328,11 +328,6 @@ def _choose(folder: Path, manifest: dict, target: str, module: str | None) -> st
     return module
 
 
-# A cpu binary built with one of targets.HOST_ISA_CONSTANTS = 1 (CPU_AVX512_VNNI, CPU_AVX2) executes those x86
-# instructions: loaded only where the host has them (targets.missing_host_isa; elsewhere the CPU runtime cannot
-# compile it).
-
-
 def verified_spirv(path: Path, entry: dict, hint: str) -> bytes:
     """The binary's bytes, refused unless their sha256 is the manifest's."""
     try:
@@ -369,6 +364,8 @@ def load(folder, *, queue: dpctl.SyclQueue | None = None, target: str | None = N
         manifest = read_manifest(folder)
         name = _choose(folder, manifest, chosen, module)
         entry = manifest["artifacts"][f"{chosen}/{name}.spv"]
+        # a cpu binary built with one of targets.HOST_ISA_CONSTANTS = 1 (CPU_AVX512_VNNI, CPU_AVX2) executes those x86
+        # instructions: loaded only where the host has them (elsewhere the CPU runtime cannot compile it)
         flag = targets.missing_host_isa(queue.sycl_device, entry.get("constants", {}))
         if flag:
             constant = next(c for c, f in targets.HOST_ISA_CONSTANTS.items() if f == flag)

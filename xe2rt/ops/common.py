@@ -118,8 +118,8 @@ def check_native_xe2(op: str, native: bool, target: str, queue: dpctl.SyclQueue)
             f"kernels with software DPAS and 2D block reads")
 
 
-def vnni_available(op: str, option: str, requested: bool, target: str, queue: dpctl.SyclQueue,
-                   flag: str = "avx512_vnni") -> bool:
+def host_isa_available(op: str, option: str, requested: bool, target: str, queue: dpctl.SyclQueue,
+                       flag: str = "avx512_vnni") -> bool:
     """Whether a call on `target` and the queue's device can run the cpu kernels that call the instructions of host
     CPU flag `flag` (the *_vnni kernels: avx512_vnni; gemv_w4a16_avx2: avx2; targets.cpu_has_flag); a call that
     asked for them (`requested`, by `option`, e.g. "dequant='vnni'") where they cannot is refused."""

@@ -38,7 +38,7 @@ import numpy as np
 from .. import launch, validate
 from ..errors import InputError, InputTypeError
 from ..quant import QuantizedW4
-from .common import is_xe2, program_for, target_for, vnni_available
+from .common import is_xe2, program_for, target_for, host_isa_available
 from .gemv_common import check_decode_inputs, check_quantized, geometry, launch_args, output
 from .gemv_common import kernel_name as batched_name
 
@@ -65,11 +65,11 @@ def program_variant(queue, target: str | None, dequant: str | None, m: int = 1):
     # the target first, so that a call that runs the integer-dot kernels loads no other program (a tidy-up: the CPU
     # runtime compiles a kernel only when it is first created, so loading the default family cost little)
     chosen = target_for(queue, target)
-    vnni = vnni_available(OP, "dequant='vnni'", dequant == "vnni", chosen, queue)
+    vnni = host_isa_available(OP, "dequant='vnni'", dequant == "vnni", chosen, queue)
     if vnni and dequant in ("auto", "vnni") and m == 1:
         return program_for(queue, VNNI_FAMILY, "cpu")
-    if dequant in ("auto", "avx2") and vnni_available(OP, "dequant='avx2'", dequant == "avx2", chosen, queue,
-                                                      "avx2") and m == 1:
+    avx2 = host_isa_available(OP, "dequant='avx2'", dequant == "avx2", chosen, queue, "avx2")
+    if avx2 and dequant in ("auto", "avx2") and m == 1:
         return program_for(queue, AVX2_FAMILY, "cpu")
     program = program_for(queue, FAMILIES[0], target)
     if dequant not in DEQUANT or program.constants["DEQUANT_MAGIC"] == DEQUANT[dequant]:
@@ -237,8 +237,9 @@ def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequa
     """y = dequant(qw) @ x for float16 x [K] (y [N]) or x [M, K] with M <= 16 (y [M, N] = x @ dequant(qw).T), qw a
     QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain";
     "vnni": integer dot products with x rounded to 15-bit fixed point per 128 k, CPU devices with AVX512-VNNI only;
-    "avx2": the same integers on CPU devices with AVX2; "auto": "vnni", else "avx2", where it runs, else the default) overrides the target's default variant (M = 1 only: the batched
-    kernels dequantize exactly first either way);
+    "avx2": the same integers on CPU devices with AVX2; "auto": "vnni", else "avx2", where it runs, else the
+    default) overrides the target's default variant (M = 1 only: the batched kernels dequantize exactly first either
+    way);
     `target` forces a kernel target (bmg, lnl, cpu) for this call.
 
     The ops a decoder layer puts around its projections, as xe2rt.rms_norm / xe2rt.silu_mul compute them:
