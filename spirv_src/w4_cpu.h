@@ -126,7 +126,8 @@ INLINE int16 fixed_point(float16 x, int s)
  * |xi| < 2^14 and every element within 2^3 of the largest is exact (the others are rounded to a multiple of sx).
  * xi = 256 hi + lo with signed bytes lo in
  * [-128, 127], hi in [-64, 64], laid out as the packed codes: lane i byte j of the even rows holds k = k0 + 8 i + 2 j,
- * of the odd rows k + 1. q: 16 ints each of even hi, odd hi, even lo, odd lo, the lane sums of xi, then sx. */
+ * of the odd rows k + 1. q: 16 ints each of even hi, odd hi, even lo, odd lo, the lane sums of xi, then sx.
+ * CPU_AVX2 (for avx2_pmaddwd): xi itself as 16-bit lanes in place of the four byte vectors (order at the store). */
 INLINE void int8_parts_of(const float16* X, __local int* q) /* X[t] lane i = x[k0 + 8 i + t] (x_phases) */
 {
     float16 a = fmax(fmax(fabs(X[0]), fabs(X[1])), fmax(fabs(X[2]), fabs(X[3])));

@@ -23,13 +23,11 @@ def rng():
     return np.random.default_rng(1234)
 
 
-INT_DOT_FLAGS = {"vnni": "avx512_vnni", "avx2": "avx2"}  # integer-dot variant -> the host CPU flag it needs
-
-
 def skip_unless_int_dot(queue, variant: str):
     """Skip where the integer-dot kernels of `variant` ("vnni": the *_vnni kernels, AVX512-VNNI; "avx2": the *_avx2
     ones) cannot run (xe2rt.targets.cpu_has_flag), saying why."""
     from xe2rt import targets
+    from xe2rt.ops.common import INT_DOT_FLAGS
     flag = INT_DOT_FLAGS[variant]
     if not targets.cpu_has_flag(queue.sycl_device, flag):
         pytest.skip(f"the {variant} kernels run on CPUs with {targets.HOST_ISA_NAMES[flag]}; this host's "
@@ -50,10 +48,10 @@ def skip_unless_host_runs(queue, check):
 
 def int_dot_variant(queue) -> str:
     """The integer-dot variant dequant="auto" takes on this device ("vnni" before "avx2"); skips where neither runs."""
-    from xe2rt import targets
-    for variant, flag in INT_DOT_FLAGS.items():
-        if targets.cpu_has_flag(queue.sycl_device, flag):
-            return variant
+    from xe2rt.ops.common import int_dot_variant
+    variant = int_dot_variant("tests", "dequant", "auto", "cpu", queue)
+    if variant:
+        return variant
     pytest.skip("the integer-dot kernels run on CPUs with AVX512-VNNI or AVX2; this host's /proc/cpuinfo has neither "
                 "(or CL_CONFIG_CPU_TARGET_ARCH is set)")
 

@@ -11,6 +11,7 @@ import dpnp
 import xe2rt
 from xe2rt.checks import gemm_w4a16 as C
 from xe2rt.ops import gemm_w4a16 as W
+from xe2rt.ops.common import INT_DOT_FLAGS
 from conftest import skip_unless_host_runs, to_device
 
 CASES = [(check, target) for check in C.checks() for target in check.targets]
@@ -218,8 +219,7 @@ def _w4_paths(queue):
     from xe2rt import targets
     from xe2rt.ops import gemv_w4a16 as V
     cpu = xe2rt.target_for(queue.sycl_device) == "cpu"
-    int_dot = tuple(v for v, flag in (("vnni", "avx512_vnni"), ("avx2", "avx2"))
-                    if cpu and targets.cpu_has_flag(queue.sycl_device, flag))
+    int_dot = tuple(v for v, flag in INT_DOT_FLAGS.items() if cpu and targets.cpu_has_flag(queue.sycl_device, flag))
     paths = [(f"gemv M=1 {d}", 1, lambda x, qw, d=d: V.gemv_w4a16(x[0], qw, dequant=d)[None])
              for d in ("magic", "plain") + int_dot]
     paths.append(("gemv M=2", 2, lambda x, qw: xe2rt.gemm_w4a16(x, qw)))
@@ -251,8 +251,8 @@ def test_non_finite_activations_never_give_finite_outputs(queue, rng, special):
 @pytest.mark.parametrize("m,n,k,group_size,symmetric,bias,activation", [
     (128, 200, 640, 128, False, True, "gelu"), (33, 77, 96, 32, True, False, None), (300, 130, 1024, 64, False, True,
                                                                                     "relu")])
-def test_cpu256_tile_equals_the_default_cpu_kernel_bit_for_bit(queue, rng, m, n, k, group_size, symmetric, bias,
-                                                                 activation):
+def test_cpu256_tile_equals_the_default_cpu_kernel_bit_for_bit(queue, rng, monkeypatch, m, n, k, group_size, symmetric,
+                                                                 bias, activation):
     """gemm_w4a16_cpu256 (what "native" runs on the cpu target of a host without AVX-512) is the fp32 kernel with a
     smaller register tile: the same products summed in the same order, so every output equals the default cpu
     kernel's bit for bit, edge tiles (M, N not multiples of the tile) and epilogues included. Both run on any host."""
@@ -264,14 +264,9 @@ def test_cpu256_tile_equals_the_default_cpu_kernel_bit_for_bit(queue, rng, m, n,
     a = to_device(a_host, queue)
     b = to_device(b_host, queue) if bias else None
     got = {}
-    for family in ("gemm_w4a16", "gemm_w4a16_cpu256"):
-        saved = W.FAMILIES["fp32_256"]
-        W.FAMILIES["fp32_256"] = family
-        try:
-            got[family] = dpnp.asnumpy(W.run(a, qw, bias=b, activation=activation, target="cpu",
-                                             variant="fp32_256")[0])
-        finally:
-            W.FAMILIES["fp32_256"] = saved
+    for family in ("gemm_w4a16", "gemm_w4a16_cpu256"):  # variant "fp32_256" pointed at each family in turn
+        monkeypatch.setitem(W.FAMILIES, "fp32_256", family)
+        got[family] = dpnp.asnumpy(W.run(a, qw, bias=b, activation=activation, target="cpu", variant="fp32_256")[0])
     assert np.array_equal(got["gemm_w4a16"], got["gemm_w4a16_cpu256"])
     ref, pre, mag = ref_quant.gemm_w4(a_host, qw, bias=b_host, activation=activation)  # and both are right
     bound = ref_quant.gemm_w4_bound(a_host, pre, mag, bias=b_host, activation=activation, fp16_weights=False)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..ops import gemm_fp16 as fp16_op
 from ..ops import gemm_w4a16 as op
+from ..ops.common import int_dot_variant
 from ..quant import QuantizedW4
 from .harness import BenchContext, Result
 from .quant import _w4_pool, dpnp_dequant_matvec_w4
@@ -88,9 +89,8 @@ def cases(ctx: BenchContext) -> list[Result]:
                                            f"copies; {label}", read_gbps=w4_read))
                 ctx.say(f"    M={m}: fp16 {f16 * 1e3:.1f} ms, w4 {w4 * 1e3:.1f} ms (fp16/w4 {f16 / w4:.2f}x), "
                         f"dpnp {alt * 1e3:.1f} ms")
-                auto = op.resolve_family("auto", ctx.target, ctx.queue)
-                if auto != op.FAMILIES["native"]:  # the integer-dot kernels "auto" (the LLM runner's prefill) takes
-                    variant = next(v for v in ("vnni", "avx2") if op.FAMILIES[v] == auto)
+                variant = int_dot_variant(op.OP, "variant", "auto", ctx.target, ctx.queue)
+                if variant:  # the integer-dot kernels "auto" (the LLM runner's prefill) takes
                     fast = ctx.time_events(lambda i: w4_launches(i, variant))
                     fast_read = ctx.last_read_gbps
                     fast_wall = ctx.time_wall(lambda i: op.run(a, pool[i % copies], out=out, variant=variant)[0])

@@ -12,6 +12,7 @@ import dpnp
 import numpy as np
 
 from ..ops import gemv_w4a16 as w4_op
+from ..ops.common import int_dot_variant
 from ..ops import gemv_w8a16 as w8_op
 from ..quant import QuantizedW4, QuantizedW8
 from .harness import BenchContext, Result
@@ -112,9 +113,9 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         pool = _w4_pool(ctx, host, copies)
         chosen = w4_op.program_variant(ctx.queue, ctx.target, None)
         variants = ["magic", "plain"] if chosen.constants["DEQUANT_MAGIC"] else ["plain", "magic"]
-        auto = w4_op.program_variant(ctx.queue, ctx.target, "auto").name
-        if auto in w4_op.INT_DOT_FAMILIES:  # CPUs with AVX512-VNNI or AVX2: the kernel the LLM runner asks for
-            variants.append("vnni" if auto == w4_op.VNNI_FAMILY else "avx2")
+        int_dot = int_dot_variant(w4_op.OP, "dequant", "auto", ctx.target, ctx.queue)
+        if int_dot:  # CPUs with AVX512-VNNI or AVX2: the integer-dot kernel the LLM runner asks for
+            variants.append(int_dot)
         timed = []
         for dq in variants:
             seconds = ctx.time_events(lambda i: w4_op.run(x, pool[i % copies], out=y, dequant=dq)[1])

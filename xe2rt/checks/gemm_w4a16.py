@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import Check, Result
+from ..ops.common import INT_DOT_FLAGS
 
 FAMILY = "gemm_w4a16"
 XE2 = ("bmg", "lnl")
@@ -114,7 +115,7 @@ def checks(quick: bool = False) -> list[Check]:
         name, run = _case(m, n, k, g, sym, seed=i, **options)
         out.append(Check(FAMILY, name, run, targets))
         if not quick and "cpu" in targets and m > 16:  # the cpu's integer-dot kernels, where the host runs them
-            for variant, flag in (("vnni", "avx512_vnni"), ("avx2", "avx2")):
+            for variant, flag in INT_DOT_FLAGS.items():
                 name, run = _case(m, n, k, g, sym, seed=i, cpu_variant=variant, **options)
                 out.append(Check(FAMILY, f"{name} ({variant})", run, ("cpu",), cpu_flag=flag))
         if not quick and targets == ALL and m > 16:

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import Check, elementwise
 from ._util import dev, host, rng
+from ..ops.common import INT_DOT_FLAGS
 
 RULE = ("per row: fp32 accumulation (magic offset of the variant included) over the K slices + 0.5 ulp16 |ref| "
         "(VNNI: + sum |w| |x' - x| for the fixed-point x')")
@@ -110,10 +111,6 @@ def run_fused_case(queue, target, form, n, k, group_size, symmetric, dequant, ep
     return elementwise(host(got).astype(np.float64).reshape(-1), ref, bound, rule=FUSED_RULE)
 
 
-# the host CPU flag each integer-dot dequant variant's cpu binary needs
-INT_DOT_FLAGS = {"vnni": "avx512_vnni", "avx2": "avx2"}
-
-
 def _fused(form, n, k, gs, sym, deq):
     name = f"{form} N={n} K={k} g{gs} {'sym' if sym else 'zp'} {deq} (one launch)"
     return Check("gemv_w4a16", name, lambda q, t: run_fused_case(q, t, form, n, k, gs, sym, deq), ("cpu",),
@@ -136,5 +133,5 @@ def _case(n, k, gs, sym, deq, targets):
 def checks(quick: bool = False) -> list[Check]:
     if quick:
         return [_case(*c, ALL) for c in QUICK]
-    return [_case(*c, ALL) for c in SHAPES + TAILS] + [_case(*c, ("cpu",)) for c in LLM] + [_fused(*c, d) for c in FUSED for d in INT_DOT_FLAGS] + \
-        [_fused_xe2(*c) for c in FUSED_XE2]
+    return [_case(*c, ALL) for c in SHAPES + TAILS] + [_case(*c, ("cpu",)) for c in LLM] + \
+        [_fused(*c, d) for c in FUSED for d in INT_DOT_FLAGS] + [_fused_xe2(*c) for c in FUSED_XE2]

@@ -131,6 +131,24 @@ def host_isa_available(op: str, option: str, requested: bool, target: str, queue
     return available
 
 
+# The integer-dot variants of the W4 GEMV and GEMM (cpu target only), in the order "auto" prefers them, with the host
+# CPU flag each one's binaries need: "vnni" (vpdpbusd / vpdpwssd) and "avx2" (vpmaddwd, the same integers).
+INT_DOT_FLAGS = {"vnni": "avx512_vnni", "avx2": "avx2"}
+
+
+def int_dot_variant(op: str, option: str, requested, target: str, queue: dpctl.SyclQueue) -> str | None:
+    """The integer-dot variant a call asking for `requested` (its `option`, e.g. "dequant") runs: `requested` itself
+    where it names one (refused by name where the host cannot run it), for "auto" the first that runs here, else
+    None."""
+    if requested in INT_DOT_FLAGS:
+        host_isa_available(op, f"{option}={requested!r}", True, target, queue, INT_DOT_FLAGS[requested])
+        return requested
+    if requested == "auto":
+        return next((v for v, flag in INT_DOT_FLAGS.items()
+                     if host_isa_available(op, option, False, target, queue, flag)), None)
+    return None
+
+
 _per_thread = threading.local()
 MAX_WORKSPACES = 8  # (owner, queue) scratch arrays a thread keeps; the least recently used beyond that are dropped
 

@@ -45,7 +45,7 @@ from .. import targets, validate
 from ..errors import InputError, LaunchLimitError
 from ..quant import QuantizedW4
 from . import gemv_w4a16
-from .common import ceil_div, check_native_xe2, program_for, host_isa_available, workspace, xe2_tile_grid
+from .common import ceil_div, check_native_xe2, int_dot_variant, program_for, workspace, xe2_tile_grid
 from .gemm_fp16 import ACTIVATIONS, MAX_DIM, block2d_rule_breaks, check_activation
 from .gemv_common import MAX_M as GEMV_MAX_M
 from .gemv_common import check_quantized
@@ -104,13 +104,12 @@ def vnni_workspace_ints(m: int, k: int) -> int:
 def resolve_family(variant: str, target: str, queue) -> str:
     """The family a call runs: "vnni" / "avx2" where they run (refused by name elsewhere), "auto" the VNNI one on a
     CPU device with AVX512-VNNI, the AVX2 one (the same integers) on one with AVX2 only, and "native" otherwise."""
-    vnni_host = host_isa_available(OP, "variant='vnni'", variant == "vnni", target, queue)
-    avx2_host = host_isa_available(OP, "variant='avx2'", variant == "avx2", target, queue, "avx2")
+    int_dot = int_dot_variant(OP, "variant", variant, target, queue)
     if variant in ("fp32", "fp32_256") and target != "cpu":
         raise InputError(f"{OP}: variant={variant!r} is the cpu target's fp32 kernel; this call's target is "
                          f"{target!r}")
     if variant == "auto":
-        variant = "vnni" if vnni_host else "avx2" if avx2_host else "native"
+        variant = int_dot or "native"
     if variant in ("native", "fp32") and target == "cpu" and not targets.cpu_has_flag(queue.sycl_device, "avx512f"):
         variant = "fp32_256"  # the same kernel with a register tile for 256-bit vectors (bit for bit its results)
     return FAMILIES[variant]

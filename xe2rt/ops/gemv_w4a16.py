@@ -38,7 +38,7 @@ import numpy as np
 from .. import launch, validate
 from ..errors import InputError, InputTypeError
 from ..quant import QuantizedW4
-from .common import is_xe2, program_for, target_for, host_isa_available
+from .common import int_dot_variant, is_xe2, program_for, target_for
 from .gemv_common import check_decode_inputs, check_quantized, geometry, launch_args, output
 from .gemv_common import kernel_name as batched_name
 
@@ -46,7 +46,7 @@ OP = "gemv_w4a16"
 FAMILIES = ("gemv_w4a16", "gemv_w4a16_alt")
 VNNI_FAMILY = "gemv_w4a16_vnni"
 AVX2_FAMILY = "gemv_w4a16_avx2"  # the VNNI kernels' integer dot with AVX2's vpmaddwd: the same results bit for bit
-INT_DOT_FAMILIES = (VNNI_FAMILY, AVX2_FAMILY)
+INT_DOT_FAMILIES = {"vnni": VNNI_FAMILY, "avx2": AVX2_FAMILY}  # ops.common.INT_DOT_FLAGS' variants
 DEQUANT = {"magic": 1, "plain": 0}
 DEQUANT_NAMES = ("magic", "plain", "vnni", "avx2", "auto")
 _F16 = [np.float16]
@@ -64,13 +64,9 @@ def program_variant(queue, target: str | None, dequant: str | None, m: int = 1):
         raise InputError(f"{OP}: dequant must be None, 'magic', 'plain', 'vnni', 'avx2' or 'auto', got {dequant!r}")
     # the target first, so that a call that runs the integer-dot kernels loads no other program (a tidy-up: the CPU
     # runtime compiles a kernel only when it is first created, so loading the default family cost little)
-    chosen = target_for(queue, target)
-    vnni = host_isa_available(OP, "dequant='vnni'", dequant == "vnni", chosen, queue)
-    if vnni and dequant in ("auto", "vnni") and m == 1:
-        return program_for(queue, VNNI_FAMILY, "cpu")
-    avx2 = host_isa_available(OP, "dequant='avx2'", dequant == "avx2", chosen, queue, "avx2")
-    if avx2 and dequant in ("auto", "avx2") and m == 1:
-        return program_for(queue, AVX2_FAMILY, "cpu")
+    int_dot = int_dot_variant(OP, "dequant", dequant, target_for(queue, target), queue)
+    if int_dot and m == 1:
+        return program_for(queue, INT_DOT_FAMILIES[int_dot], "cpu")
     program = program_for(queue, FAMILIES[0], target)
     if dequant not in DEQUANT or program.constants["DEQUANT_MAGIC"] == DEQUANT[dequant]:
         return program
@@ -163,7 +159,7 @@ def _fuses(program, m: int, n: int, k: int, norm: bool, silu_mul: bool, aligned:
     of the 512-k block read, 16-byte aligned arrays); M = 1 and N > 0 either way."""
     if m != 1 or n == 0:
         return False
-    if program.name in INT_DOT_FAMILIES:
+    if program.name in INT_DOT_FAMILIES.values():
         return (k % 128 == 0 or not norm) and (n % 4 == 0 or not silu_mul)
     return is_xe2(program.target) and k % (32 * program.constants["SG"]) == 0 and aligned
 
