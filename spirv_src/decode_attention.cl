@@ -29,8 +29,19 @@
  *   time and then across the 16 by in-lane and 128-bit-lane shuffles into one float16 of 16 scores; per head the
  *   online softmax with an inline exp2 (a library call would reload every live vector), the probabilities to a small
  *   array; then P V per head group, each V row converted 4 vectors at a time and fma'd into 4 accumulators per head.
+ * cpu, 16 ymm registers (CPU256 = 1, PV_VECS = 1: variant decode_attention_cpu256, taken on hosts without AVX-512):
+ *   the same decomposition with Q K^T in float8 pieces (two tokens x the group's heads as float8 accumulators, the
+ *   16 partial dots reduced by unpack / add shuffles, token_sums8) and P V one float16 of the V row per pass (4 heads
+ *   x 2 ymm accumulators), so that neither spills on AVX2's 16 registers.
  */
 #include "xe2rt.h"
+
+#ifndef PV_VECS
+#define PV_VECS 4 /* float16 vectors of each V row per P V pass (4 ch accumulators each) */
+#endif
+#ifndef CPU256
+#define CPU256 0 /* Q K^T shaped for 16 ymm registers (decode_attention_body.h) */
+#endif
 
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("unroll")

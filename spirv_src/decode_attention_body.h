@@ -208,6 +208,63 @@ INLINE float hmax16(float16 v)
 #include "exp2_cpu.h"
 #endif
 
+#if CPU256
+#ifndef DECODE_ATTENTION_CPU256_HELPERS
+#define DECODE_ATTENTION_CPU256_HELPERS
+/* Eight float8 partial dots (one per token) -> one float8 of their lane sums in token order, with the shuffles AVX2
+ * does in one cheap instruction each (vunpcklps / vunpckhps, vunpcklpd / vunpckhpd, vperm2f128; vhaddps is several):
+ * pairs of tokens, then quads, each 128-bit lane summed within itself, then the two 128-bit lanes added. 21 vector
+ * instructions for 8 tokens. */
+INLINE float8 token_sums8(const float8* x)
+{
+    const uint8 LO = (uint8)(0, 8, 1, 9, 4, 12, 5, 13), HI = (uint8)(2, 10, 3, 11, 6, 14, 7, 15);
+    const uint8 LO2 = (uint8)(0, 1, 8, 9, 4, 5, 12, 13), HI2 = (uint8)(2, 3, 10, 11, 6, 7, 14, 15);
+    float8 a[4], b[2];
+    UNROLL for (int i = 0; i < 4; ++i) /* [t 2i, t 2i + 1] lanes (0 + 2, 1 + 3) of each 128-bit lane */
+        a[i] = shuffle2(x[2 * i], x[2 * i + 1], LO) + shuffle2(x[2 * i], x[2 * i + 1], HI);
+    UNROLL for (int i = 0; i < 2; ++i) /* tokens 4i .. 4i + 3, each 128-bit lane's sum */
+        b[i] = shuffle2(a[2 * i], a[2 * i + 1], LO2) + shuffle2(a[2 * i], a[2 * i + 1], HI2);
+    return shuffle2(b[0], b[1], (uint8)(0, 1, 2, 3, 8, 9, 10, 11)) + shuffle2(b[0], b[1], (uint8)(4, 5, 6, 7, 12, 13, 14, 15));
+}
+#endif
+
+/* Q K^T for hosts with 16 vector registers of 8 floats (CPU256, variant decode_attention_cpu256): two tokens at a
+ * time, each 8-element K piece converted once and fma'd into the ch heads' float8 accumulators (2 ch ymm), q as
+ * memory operands read once for both tokens; the partial dots go to a small array and token_sums8 reduces each
+ * head's 16 to one float16 of scores, stored at s4[h * 4]. */
+INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global const half* kblk, int nb, const int ch,
+                                       int zero)
+{
+    float8 x[4 * BT];
+    NOUNROLL for (int t = 0; t < BT; t += 2) {
+        const float8* qu = (const float8*)qv + (t & zero);
+        __global const half* kr0 = kblk + (size_t)min(t, nb - 1) * D;
+        __global const half* kr1 = kblk + (size_t)min(t + 1, nb - 1) * D;
+        float8 a0[4], a1[4];
+        float8 k0 = vload_half8(0, kr0), k1 = vload_half8(0, kr1);
+        UNROLL for (int h = 0; h < ch; ++h) {
+            const float8 qc = qu[h * 2 * NV];
+            a0[h] = qc * k0;
+            a1[h] = qc * k1;
+        }
+        UNROLL for (int c = 1; c < 2 * NV; ++c) {
+            k0 = vload_half8(c, kr0);
+            k1 = vload_half8(c, kr1);
+            UNROLL for (int h = 0; h < ch; ++h) {
+                const float8 qc = qu[h * 2 * NV + c];
+                a0[h] = fma(qc, k0, a0[h]);
+                a1[h] = fma(qc, k1, a1[h]);
+            }
+        }
+        UNROLL for (int h = 0; h < ch; ++h) {
+            x[h * BT + t] = a0[h];
+            x[h * BT + t + 1] = a1[h];
+        }
+    }
+    UNROLL for (int h = 0; h < ch; ++h)
+        s4[h * 4] = (float16)(token_sums8(x + h * BT), token_sums8(x + h * BT + 8));
+}
+#else
 /* Q K^T for `ch` heads (qv and s4 at their first head) over the block at kblk: each K row is converted once and
  * used by all ch heads from registers. Tokens two at a time: each q vector is read once (a memory operand) for both
  * tokens' fmas, half the q reads of one token at a time (Q K^T was bound by its loads: a 64-byte q operand per fma).
@@ -247,28 +304,30 @@ INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global co
     }
 }
 
+#endif
+
 /* P V for `ch` heads (o and pa at their first head): each V row is converted once per 4-vector part and used by
  * all ch heads from registers (4 ch accumulators), the probability of (head, token) a broadcast load. */
 INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, __global const half* vblk, int nb, const int ch)
 {
-    UNROLL for (int part = 0; part < NV / 4; ++part) {
-        float16 acc[4][4];
+    UNROLL for (int part = 0; part < NV / PV_VECS; ++part) {
+        float16 acc[4][PV_VECS];
         UNROLL for (int h = 0; h < ch; ++h)
-            UNROLL for (int c = 0; c < 4; ++c)
-                acc[h][c] = o[h * NV + part * 4 + c];
+            UNROLL for (int c = 0; c < PV_VECS; ++c)
+                acc[h][c] = o[h * NV + part * PV_VECS + c];
         for (int t = 0; t < nb; ++t) {
-            float16 v[4];
-            UNROLL for (int c = 0; c < 4; ++c)
-                v[c] = vload_half16(part * 4 + c, vblk + (size_t)t * D);
+            float16 v[PV_VECS];
+            UNROLL for (int c = 0; c < PV_VECS; ++c)
+                v[c] = vload_half16(part * PV_VECS + c, vblk + (size_t)t * D);
             UNROLL for (int h = 0; h < ch; ++h) {
                 const float16 pt = (float16)pa[h * BT + t];
-                UNROLL for (int c = 0; c < 4; ++c)
+                UNROLL for (int c = 0; c < PV_VECS; ++c)
                     acc[h][c] = fma(pt, v[c], acc[h][c]);
             }
         }
         UNROLL for (int h = 0; h < ch; ++h)
-            UNROLL for (int c = 0; c < 4; ++c)
-                o[h * NV + part * 4 + c] = acc[h][c];
+            UNROLL for (int c = 0; c < PV_VECS; ++c)
+                o[h * NV + part * PV_VECS + c] = acc[h][c];
     }
 }
 
@@ -312,8 +371,12 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
         /* online softmax per head */
         for (g = 0; g < G; ++g) {
             const float16* sg = s4 + g * 4;
+#if CPU256
+            const float16 s = select(sg[0], (float16)(-INFINITY), token >= (int16)nb);
+#else
             const float16 s = select(fold(fold(sg[0], sg[1]), fold(sg[2], sg[3])), (float16)(-INFINITY),
                                      token >= (int16)nb);
+#endif
             const float mn = fmax(m[g], hmax16(s));
             const float16 p = exp2_nonpos(s - (float16)mn);
             if (mn > m[g]) { /* the running max rose: rescale (2^0 = 1 exactly otherwise, so the rest skip it) */

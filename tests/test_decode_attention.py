@@ -18,15 +18,28 @@ from conftest import TARGETS, to_device
 # The Xe2-shaped kernels run slowly on the CPU device (sub-groups emulated): all paths, fewer long cases.
 XE2_SKIP = {"L=4095 Llama-3.1-8B (Hq 32, Hkv 8, D 128)", "L=2048 Qwen3-4B (Hq 32, Hkv 8, D 128)",
             "L=4095 G=16 D=128"}
-PARAMS = [pytest.param(check, target, id=f"{target}-{check.name}")
+# The cpu cases run both cpu families on every host: op.family() takes decode_attention_cpu256 on hosts without
+# AVX-512 and the default kernels elsewhere, and either runs on any x86 host.
+CPU_FAMILIES = (op.FAMILY, op.CPU256_FAMILY)
+PARAMS = [pytest.param(check, target, family, id=f"{target}-{check.name}" + (f"-{family}" if family else ""))
           for check in cases.checks() for target in TARGETS
+          for family in (CPU_FAMILIES if target == "cpu" else (None,))
           if target in check.targets and (target == "cpu" or check.name not in XE2_SKIP)]
 
 
-@pytest.mark.parametrize("check,target", PARAMS)
-def test_matches_reference(queue, check, target):
+@pytest.mark.parametrize("check,target,family", PARAMS)
+def test_matches_reference(queue, monkeypatch, check, target, family):
+    if family is not None:
+        monkeypatch.setattr(op, "family", lambda queue, target: family)
     result = check.run(queue, target)
     assert result.passed, result.describe()
+
+
+def test_family_follows_the_host_isa(queue):
+    from xe2rt import targets
+    wide = targets.cpu_has_flag(queue.sycl_device, "avx512f")
+    assert op.family(queue, "cpu") == (op.FAMILY if wide else op.CPU256_FAMILY)
+    assert op.family(queue, "bmg") == op.family(queue, "lnl") == op.FAMILY
 
 
 def _inputs(queue, hq=8, hkv=2, d=64, t=40, seed=3):

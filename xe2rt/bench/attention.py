@@ -89,12 +89,13 @@ class _Row:
         wall = ctx.time_wall(lambda i: xe2rt.decode_attention(q, ks[i % copies], vs[i % copies], length, out=y))
         alt = ctx.time_wall(lambda i: dpnp_composition(q, ks[i % copies], vs[i % copies], length, d ** -0.5),
                             warmup=1, iters=min(ALT_ITERS, ctx.iters))
-        c = op.program_for(ctx.queue, op.FAMILY, None).constants
+        family = op.family(ctx.queue, ctx.target)
+        c = op.program_for(ctx.queue, family, None).constants
         s, chunk = op.split_plan(c, ctx.target, op._fill(ctx.device, ctx.target, c), hkv, hq // hkv, length)
         return Result("decode_attention", f"{self.name} Hq{hq} Hkv{hkv} D{d} L{length}", ctx.target,
                       seconds, wall, bytes=self.nbytes, flops=self.flops,
                       alternative="dpnp f32 matmul+softmax", alt_seconds=alt,
-                      note=f"S = {s} split(s) of {chunk} tokens, {self.launches} launch(es); K/V "
+                      note=f"{family}: S = {s} split(s) of {chunk} tokens, {self.launches} launch(es); K/V "
                            f"{2 * self.cache_bytes / 1e6:.1f} MB per call, {copies} rotating copies; % of probe "
                            f"in {len(ratios)} rounds: " + " ".join(f"{100 * r:.0f}" for r in ratios) + " (median "
                            "reported); % of the roofline max(bytes / probe, flops / fma peak) in the same rounds: "

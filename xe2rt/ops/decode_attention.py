@@ -51,6 +51,7 @@ from .common import attention_scale, ceil_div, is_xe2, program_for, workspace
 
 OP = "decode_attention"
 FAMILY = "decode_attention"
+CPU256_FAMILY = "decode_attention_cpu256"  # the cpu kernels shaped for 16 ymm registers (decode_attention.toml)
 HEAD_DIMS = (64, 128)
 MAX_GQA = 16
 MAX_SPLITS = 128  # also the workspace capacity per (Hq, D); = MAX_SPLITS in decode_attention.toml
@@ -70,6 +71,14 @@ def _fill(device, target: str, constants: dict) -> int:
             fill = max(1, device.max_compute_units) * constants["ITEMS_PER_CU"]
         _fill_cache[key] = fill
     return fill
+
+
+def family(queue, target: str) -> str:
+    """The family a call runs: on the cpu target of a host without AVX-512 (no avx512f: 16 vector registers of 8
+    floats) the kernels shaped for it, decode_attention_cpu256; the default family everywhere else."""
+    if target == "cpu" and not targets.cpu_has_flag(queue.sycl_device, "avx512f"):
+        return CPU256_FAMILY
+    return FAMILY
 
 
 def split_plan(constants: dict, target: str, fill: int, hkv: int, g: int, length: int) -> tuple[int, int]:
@@ -156,7 +165,7 @@ def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, ma
             if validate._byte_range(a)[0] % 16:
                 raise InputError(f"{OP}: {name} must start 16-byte aligned on Xe2 targets (sub-group block reads); "
                                  f"it is a view with an odd offset: pass dpnp.copy({name})")
-    program = program_for(queue, FAMILY, chosen)
+    program = program_for(queue, family(queue, chosen), chosen)
     c = program.constants
     if splits is None:
         s, chunk = split_plan(c, program.target, _fill(queue.sycl_device, program.target, c), hkv, g, length)
@@ -200,7 +209,8 @@ def build_kernels(queue, d: int, target: str | None = None) -> None:
     """Build the three kernels a decode loop at head_dim d may launch (the split kernel with an int or a device
     length, and the merge that runs once a length needs more than one split), so that the first step whose length
     needs the merge does not build it in the middle of a decode (xe2rt.models.llm calls this when it binds a step)."""
-    program = program_for(queue, FAMILY, targets.resolve(queue.sycl_device, target))
+    chosen = targets.resolve(queue.sycl_device, target)
+    program = program_for(queue, family(queue, chosen), chosen)
     for name in kernel_names(d):
         program.kernel(name)
 
