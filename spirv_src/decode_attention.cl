@@ -32,12 +32,23 @@
  * cpu, 16 ymm registers (CPU256 = 1, PV_VECS = 1: variant decode_attention_cpu256, taken on hosts without AVX-512):
  *   the same decomposition with Q K^T in float8 pieces (two tokens x the group's heads as float8 accumulators, the
  *   16 partial dots reduced by unpack / add shuffles, token_sums8) and P V one float16 of the V row per pass (4 heads
- *   x 2 ymm accumulators), so that neither spills on AVX2's 16 registers.
+ *   x 2 ymm accumulators, the token loop unrolled 4 times: PV_UNROLL), so that neither spills on AVX2's 16
+ *   registers.
  */
 #include "xe2rt.h"
 
 #ifndef PV_VECS
 #define PV_VECS 4 /* float16 vectors of each V row per P V pass (4 ch accumulators each) */
+#endif
+#ifndef PV_UNROLL
+#define PV_UNROLL 1 /* P V's token loop unrolled this many times (1: left to the compiler) */
+#endif
+#define PV_PRAGMA_(x) _Pragma(#x)
+#define PV_PRAGMA(n) PV_PRAGMA_(unroll n)
+#if PV_UNROLL > 1
+#define PV_TOKEN_UNROLL PV_PRAGMA(PV_UNROLL)
+#else
+#define PV_TOKEN_UNROLL
 #endif
 #ifndef CPU256
 #define CPU256 0 /* Q K^T shaped for 16 ymm registers (decode_attention_body.h) */

@@ -315,7 +315,7 @@ INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, __global const hal
         UNROLL for (int h = 0; h < ch; ++h)
             UNROLL for (int c = 0; c < PV_VECS; ++c)
                 acc[h][c] = o[h * NV + part * PV_VECS + c];
-        for (int t = 0; t < nb; ++t) {
+        PV_TOKEN_UNROLL for (int t = 0; t < nb; ++t) {
             float16 v[PV_VECS];
             UNROLL for (int c = 0; c < PV_VECS; ++c)
                 v[c] = vload_half16(part * PV_VECS + c, vblk + (size_t)t * D);
