@@ -219,4 +219,4 @@ def test_default_is_exact_in_x_with_an_outlier_channel(queue, rng):
     if runs:
         assert gemm_op.resolve_family("auto", "cpu", queue) == gemm_op.FAMILIES[runs[0]]
     assert gemm_op.resolve_family("native", "cpu", queue) == gemm_op.FAMILIES[
-        "native" if targets.cpu_has_flag(queue.sycl_device, "avx512f") else "fp32_256"]
+        "fp32_256" if targets.cpu_256bit(queue.sycl_device, "cpu") else "native"]

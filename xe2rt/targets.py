@@ -190,6 +190,13 @@ def cpu_has_avx2(device: dpctl.SyclDevice) -> bool:
     return cpu_has_flag(device, "avx2")
 
 
+def cpu_256bit(device: dpctl.SyclDevice, target: str) -> bool:
+    """Whether a call for `target` runs cpu binaries on a host whose widest vectors are 256-bit (no avx512f, or the
+    CPU runtime told to compile for another CPU): where the *_cpu256 variants (shaped for 16 ymm registers) replace
+    the cpu kernels shaped for AVX-512 (gemm_w4a16_cpu256, decode_attention_cpu256, fma_peak_cpu256)."""
+    return target == "cpu" and not cpu_has_flag(device, "avx512f")
+
+
 def missing_host_isa(device: dpctl.SyclDevice, constants: dict) -> str | None:
     """The host CPU flag a binary with these build constants needs and `device` lacks (None: it can run)."""
     for constant, flag in HOST_ISA_CONSTANTS.items():

@@ -237,9 +237,7 @@ class BenchContext:
     def fma_peak_family(self) -> str:
         """fma_peak, or on the cpu target of a host without AVX-512 fma_peak_cpu256 (chains that fit 16 ymm registers:
         the default's spill there and read about 0.6x the device's multiply-add rate, fma_peak.toml)."""
-        if self.target == "cpu" and not targets.cpu_has_flag(self.device, "avx512f"):
-            return "fma_peak_cpu256"
-        return "fma_peak"
+        return "fma_peak_cpu256" if targets.cpu_256bit(self.device, self.target) else "fma_peak"
 
     def measure_fma_peak(self, iters: int = 40000, record: bool = True) -> float:
         """GFLOP/s of the shipped fma_peak kernel (independent fp32 multiply-add chains on every compute unit): the

@@ -76,9 +76,7 @@ def _fill(device, target: str, constants: dict) -> int:
 def family(queue, target: str) -> str:
     """The family a call runs: on the cpu target of a host without AVX-512 (no avx512f: 16 vector registers of 8
     floats) the kernels shaped for it, decode_attention_cpu256; the default family everywhere else."""
-    if target == "cpu" and not targets.cpu_has_flag(queue.sycl_device, "avx512f"):
-        return CPU256_FAMILY
-    return FAMILY
+    return CPU256_FAMILY if targets.cpu_256bit(queue.sycl_device, target) else FAMILY
 
 
 def split_plan(constants: dict, target: str, fill: int, hkv: int, g: int, length: int) -> tuple[int, int]:

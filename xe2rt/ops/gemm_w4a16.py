@@ -110,7 +110,7 @@ def resolve_family(variant: str, target: str, queue) -> str:
                          f"{target!r}")
     if variant == "auto":
         variant = int_dot or "native"
-    if variant in ("native", "fp32") and target == "cpu" and not targets.cpu_has_flag(queue.sycl_device, "avx512f"):
+    if variant in ("native", "fp32") and targets.cpu_256bit(queue.sycl_device, target):
         variant = "fp32_256"  # the same kernel with a register tile for 256-bit vectors (bit for bit its results)
     return FAMILIES[variant]
 
