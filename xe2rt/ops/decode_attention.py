@@ -21,7 +21,9 @@ Decomposition (spirv_src/decode_attention.cl):
                the split's unnormalized output, max and sum (fp32) to the workspace.
                  Xe2: ceil(G / GH) sub-groups of 16 lanes (GH = 4 heads each) -> local 16 ceil(G / GH),
                       global Hkv S local; D across lanes, K / V rows by sub-group block reads.
-                 cpu: one work-item -> local 1, global Hkv S; rows as float16 vectors (vload_half16).
+                 cpu: one work-item -> local 1, global Hkv S; rows as float16 vectors (vload_half16). On hosts
+                      without AVX-512 the same geometry from decode_attention_cpu256 (family(): registers of 8
+                      floats, spirv_src/decode_attention.toml).
   launch 2     decode_attention_reduce_d<D>: per query head M = max m_s, out = sum 2^(m_s - M) o_s /
                sum 2^(m_s - M) l_s.  Xe2: a sub-group per head (global 16 Hq, local 16); cpu: a work-item per head.
   S == 1       (short contexts, and long ones on small cpus) launch 1 normalizes and writes out itself: one launch.
