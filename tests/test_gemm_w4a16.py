@@ -11,7 +11,7 @@ import dpnp
 import xe2rt
 from xe2rt.checks import gemm_w4a16 as C
 from xe2rt.ops import gemm_w4a16 as W
-from xe2rt.ops.common import INT_DOT_FLAGS
+from xe2rt.ops.common import int_dot_variants
 from conftest import skip_unless_host_runs, to_device
 
 CASES = [(check, target) for check in C.checks() for target in check.targets]
@@ -216,10 +216,8 @@ def _w4_paths(queue):
     """(name, call) for every kernel path a W4 product of x [M, K] can take on this device: gemv_w4a16 at M = 1 with
     each dequant variant, its batched kernels (M = 2), gemm_w4a16's GEMM at M = 20 (fp32 kernels, and the
     integer-dot kernels where the host has AVX512-VNNI or AVX2)."""
-    from xe2rt import targets
     from xe2rt.ops import gemv_w4a16 as V
-    cpu = xe2rt.target_for(queue.sycl_device) == "cpu"
-    int_dot = tuple(v for v, flag in INT_DOT_FLAGS.items() if cpu and targets.cpu_has_flag(queue.sycl_device, flag))
+    int_dot = int_dot_variants(xe2rt.target_for(queue.sycl_device), queue)
     paths = [(f"gemv M=1 {d}", 1, lambda x, qw, d=d: V.gemv_w4a16(x[0], qw, dequant=d)[None])
              for d in ("magic", "plain") + int_dot]
     paths.append(("gemv M=2", 2, lambda x, qw: xe2rt.gemm_w4a16(x, qw)))

@@ -64,11 +64,11 @@ def launch_floor(ctx: BenchContext) -> float:
     return _floor[ctx]
 
 
-def _warmup(ctx, copies: int, bytes_per_copy: int) -> int:
+def _warmup(ctx, copies: int, pool_bytes: int) -> int:
     """Warm-up launches before a row's timed loop: a whole pass over a pool that fits in the LLC (the probe before the
     loop streams far more than the LLC, so without it every timed launch would read its copy from memory, not from the
     cache a decode step's activations come from, and not as the read-only ceiling beside it reads), else 2."""
-    return copies if copies * bytes_per_copy <= ctx.llc_bytes else 2
+    return copies if pool_bytes <= ctx.llc_bytes else 2
 
 
 def _row(ctx, name, case, seconds, wall, host, nbytes, alt_name, alt, copies, pool_bytes):
@@ -102,12 +102,13 @@ def _rms_rows(ctx, rng, model, h, t):
     x = rng.standard_normal((t, h)).astype(np.float16)
     copies = min(POOL_MAX, ctx.copies_for(2 * x.nbytes))
     xs, rs = ctx.pool(x, copies), ctx.pool(x, copies)
+    pool_bytes = copies * 2 * x.nbytes
     w = dpnp.asarray((1 + 0.1 * rng.standard_normal(h)).astype(np.float16), sycl_queue=ctx.queue)
     out = (dpnp.empty((t, h), dtype=np.float16, sycl_queue=ctx.queue),
            dpnp.empty((t, h), dtype=np.float16, sycl_queue=ctx.queue))
     import xe2rt
     seconds = ctx.time_events(lambda i: op.run_rms_norm(xs[i % copies], w, eps=1e-5, residual=rs[i % copies],
-                                                        out=out)[1], warmup=_warmup(ctx, copies, 2 * x.nbytes))
+                                                        out=out)[1], warmup=_warmup(ctx, copies, pool_bytes))
     call = lambda i: xe2rt.rms_norm(xs[i % copies], w, eps=1e-5, residual=rs[i % copies], out=out)  # noqa: E731
     wall = ctx.time_wall(call)
     host = _host_seconds(ctx, call)
@@ -119,7 +120,7 @@ def _rms_rows(ctx, rng, model, h, t):
         return s, w * (sf / dpnp.sqrt(var + 1e-5)).astype(np.float16)
     alt = ctx.time_wall(composition)
     return _row(ctx, "rms_norm+residual", f"rms {model} T{t}", seconds, wall, host, 4 * t * h * 2 + h * 2,
-                "dpnp composition", alt, copies, copies * 2 * x.nbytes)
+                "dpnp composition", alt, copies, pool_bytes)
 
 
 def _rope_rows(ctx, rng, model, hq, hkv, d, theta, scaling, qk_norm, t):
@@ -127,6 +128,7 @@ def _rope_rows(ctx, rng, model, hq, hkv, d, theta, scaling, qk_norm, t):
     kv = rng.standard_normal((t, hkv, d)).astype(np.float16)
     copies = min(POOL_MAX, ctx.copies_for(q.nbytes + 2 * kv.nbytes))
     qs, ks, vs = ctx.pool(q, copies), ctx.pool(kv, copies), ctx.pool(kv, copies)
+    pool_bytes = copies * (q.nbytes + 2 * kv.nbytes)
     kc = dpnp.zeros((hkv, MAX_TOKENS, d), dtype=np.float16, sycl_queue=ctx.queue)
     vc = dpnp.zeros_like(kc)
     pos_host = np.arange(t, dtype=np.int32) if t > 1 else np.array([2000], np.int32)
@@ -139,7 +141,7 @@ def _rope_rows(ctx, rng, model, hq, hkv, d, theta, scaling, qk_norm, t):
     def ours(i, check=True):
         return op.run_rope_kv(qs[i % copies], ks[i % copies], vs[i % copies], pos, kc, vc, theta=theta,
                               scaling=scaling, qk_norm=norm, check_positions=check)
-    seconds = ctx.time_events(lambda i: ours(i)[1], warmup=_warmup(ctx, copies, q.nbytes + 2 * kv.nbytes))
+    seconds = ctx.time_events(lambda i: ours(i)[1], warmup=_warmup(ctx, copies, pool_bytes))
     import xe2rt
     call = lambda i: xe2rt.rope_kv(qs[i % copies], ks[i % copies], vs[i % copies], pos, kc, vc,  # noqa: E731
                                    theta=theta, scaling=scaling, qk_norm=norm)
@@ -172,7 +174,7 @@ def _rope_rows(ctx, rng, model, hq, hkv, d, theta, scaling, qk_norm, t):
     nbytes = (2 * hq + 4 * hkv) * t * d * 2 + t * 4 + d * 2 + (2 * d * 2 if qk_norm else 0)
     label = "rope_kv" + ("+qk_norm" if qk_norm else "") + ("+llama3" if scaling else "")
     row = _row(ctx, label, f"rope {model} T{t}", seconds, wall, host, nbytes, "dpnp composition", alt, copies,
-               copies * (q.nbytes + 2 * kv.nbytes))
+               pool_bytes)
     row.note += f"; host with check_positions=False {host_unchecked * 1e6:.1f} us/call"
     return row
 
@@ -181,10 +183,11 @@ def _silu_rows(ctx, rng, model, inter, t):
     gu = rng.standard_normal((t, 2 * inter)).astype(np.float16)
     copies = min(POOL_MAX, ctx.copies_for(gu.nbytes))
     pool = ctx.pool(gu, copies)
+    pool_bytes = copies * gu.nbytes
     out = dpnp.empty((t, inter), dtype=np.float16, sycl_queue=ctx.queue)
     import xe2rt
     seconds = ctx.time_events(lambda i: op.run_silu_mul(pool[i % copies], out=out)[1],
-                              warmup=_warmup(ctx, copies, gu.nbytes))
+                              warmup=_warmup(ctx, copies, pool_bytes))
     call = lambda i: xe2rt.silu_mul(pool[i % copies], out=out)  # noqa: E731
     wall = ctx.time_wall(call)
     host = _host_seconds(ctx, call)
@@ -194,7 +197,7 @@ def _silu_rows(ctx, rng, model, inter, t):
         return g / (1 + dpnp.exp(-g)) * u
     alt = ctx.time_wall(composition)
     return _row(ctx, "silu_mul", f"silu {model} T{t}", seconds, wall, host, 3 * t * inter * 2, "dpnp composition",
-                alt, copies, copies * gu.nbytes)
+                alt, copies, pool_bytes)
 
 
 def cases(ctx: BenchContext) -> list[Result]:

@@ -136,6 +136,12 @@ def host_isa_available(op: str, option: str, requested: bool, target: str, queue
 INT_DOT_FLAGS = {"vnni": "avx512_vnni", "avx2": "avx2"}
 
 
+def int_dot_variants(target: str, queue: dpctl.SyclQueue) -> tuple[str, ...]:
+    """The integer-dot variants whose binaries run for `target` on the queue's device, in the order "auto" prefers
+    them."""
+    return tuple(v for v, flag in INT_DOT_FLAGS.items() if host_isa_available("", "", False, target, queue, flag))
+
+
 def int_dot_variant(op: str, option: str, requested, target: str, queue: dpctl.SyclQueue) -> str | None:
     """The integer-dot variant a call asking for `requested` (its `option`, e.g. "dequant") runs: `requested` itself
     where it names one (refused by name where the host cannot run it), for "auto" the first that runs here, else
@@ -144,8 +150,7 @@ def int_dot_variant(op: str, option: str, requested, target: str, queue: dpctl.S
         host_isa_available(op, f"{option}={requested!r}", True, target, queue, INT_DOT_FLAGS[requested])
         return requested
     if requested == "auto":
-        return next((v for v, flag in INT_DOT_FLAGS.items()
-                     if host_isa_available(op, option, False, target, queue, flag)), None)
+        return next(iter(int_dot_variants(target, queue)), None)
     return None
 
 
