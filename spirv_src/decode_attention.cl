@@ -50,6 +50,9 @@
 #else
 #define PV_TOKEN_UNROLL
 #endif
+#ifndef STAGE
+#define STAGE 0 /* cpu256, G > 4: each K / V block converted to float once into private memory, read by every head group */
+#endif
 #ifndef CPU256
 #define CPU256 0 /* Q K^T shaped for 16 ymm registers (decode_attention_body.h) */
 #endif

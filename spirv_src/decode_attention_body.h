@@ -264,6 +264,62 @@ INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global co
     UNROLL for (int h = 0; h < ch; ++h)
         s4[h * 4] = (float16)(token_sums8(x + h * BT), token_sums8(x + h * BT + 8));
 }
+#if STAGE
+/* STAGE (G > 4): the same Q K^T and P V with the block's K or V rows already converted to float in private memory
+ * (stage_d), read as memory operands by each group of 4 heads, where every group converted them again otherwise. */
+INLINE void PASTE(scores_heads_f_d, D)(float16* s4, const float16* qv, const float* kblk, int nb, const int ch,
+                                         int zero)
+{
+    float8 x[4 * BT];
+    NOUNROLL for (int t = 0; t < BT; t += 2) {
+        const float8* qu = (const float8*)qv + (t & zero);
+        const float8* kr0 = (const float8*)(kblk + (size_t)min(t, nb - 1) * D);
+        const float8* kr1 = (const float8*)(kblk + (size_t)min(t + 1, nb - 1) * D);
+        float8 a0[4], a1[4];
+        UNROLL for (int h = 0; h < ch; ++h) {
+            const float8 qc = qu[h * 2 * NV];
+            a0[h] = qc * kr0[0];
+            a1[h] = qc * kr1[0];
+        }
+        UNROLL for (int c = 1; c < 2 * NV; ++c) {
+            UNROLL for (int h = 0; h < ch; ++h) {
+                const float8 qc = qu[h * 2 * NV + c];
+                a0[h] = fma(qc, kr0[c], a0[h]);
+                a1[h] = fma(qc, kr1[c], a1[h]);
+            }
+        }
+        UNROLL for (int h = 0; h < ch; ++h) {
+            x[h * BT + t] = a0[h];
+            x[h * BT + t + 1] = a1[h];
+        }
+    }
+    UNROLL for (int h = 0; h < ch; ++h)
+        s4[h * 4] = (float16)(token_sums8(x + h * BT), token_sums8(x + h * BT + 8));
+}
+
+INLINE void PASTE(pv_heads_f_d, D)(float16* o, const float* pa, const float* vblk, int nb, const int ch)
+{
+    UNROLL for (int part = 0; part < NV; ++part) {
+        float16 acc[4];
+        UNROLL for (int h = 0; h < ch; ++h)
+            acc[h] = o[h * NV + part];
+        PV_TOKEN_UNROLL for (int t = 0; t < nb; ++t) {
+            const float16 v = vload16(part, vblk + (size_t)t * D);
+            UNROLL for (int h = 0; h < ch; ++h)
+                acc[h] = fma((float16)pa[h * BT + t], v, acc[h]);
+        }
+        UNROLL for (int h = 0; h < ch; ++h)
+            o[h * NV + part] = acc[h];
+    }
+}
+
+INLINE void PASTE(stage_d, D)(float* dst, __global const half* src, int nb)
+{
+    NOUNROLL for (int t = 0; t < nb; ++t)
+        UNROLL for (int c = 0; c < 2 * NV; ++c)
+            vstore8(vload_half8(c, src + (size_t)t * D), t * 2 * NV + c, dst);
+}
+#endif
 #else
 /* Q K^T for `ch` heads (qv and s4 at their first head) over the block at kblk: each K row is converted once and
  * used by all ch heads from registers. Tokens two at a time: each q vector is read once (a memory operand) for both
@@ -354,12 +410,22 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
     const int16 token = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     float16 s4[MAXG * 4];
     float pa[MAXG * BT];
+#if CPU256 && STAGE
+    float kv32[BT * D];
+#endif
     const int zero = G >> 5; /* 0 (G <= 16), opaque to the compiler */
     for (int b = t0; b < t1; b += BT) {
         const int nb = min(BT, t1 - b);
         __global const half* kblk = kb + (size_t)b * D;
         /* Q K^T, heads 4 (then 2, then 1) at a time */
         int g = 0;
+#if CPU256 && STAGE
+        if (G > 4) {
+            PASTE(stage_d, D)(kv32, kblk, nb);
+            for (; g + 4 <= G; g += 4)
+                PASTE(scores_heads_f_d, D)(s4 + g * 4, qv + g * NV, kv32, nb, 4, zero);
+        }
+#endif
         for (; g + 4 <= G; g += 4)
             PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, kblk, nb, 4, zero);
         if (g + 2 <= G) {
@@ -391,7 +457,15 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
         }
         /* P V, heads 4 (then 2, then 1) at a time; rows past the end are never read */
         __global const half* vblk = vb + (size_t)b * D;
-        for (g = 0; g + 4 <= G; g += 4)
+        g = 0;
+#if CPU256 && STAGE
+        if (G > 4) {
+            PASTE(stage_d, D)(kv32, vblk, nb);
+            for (; g + 4 <= G; g += 4)
+                PASTE(pv_heads_f_d, D)(o + g * NV, pa + g * BT, kv32, nb, 4);
+        }
+#endif
+        for (; g + 4 <= G; g += 4)
             PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vblk, nb, 4);
         if (g + 2 <= G) {
             PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vblk, nb, 2);
