@@ -14,7 +14,9 @@ included.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 import tempfile
 from pathlib import Path
 
@@ -40,14 +42,17 @@ def main() -> int:
     version = tool.version()
     print(f"ocloc {version} ({tool.origin})")
     problems: list[str] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for key, entry in sorted(manifest["artifacts"].items()):
-            if entry["target"] not in XE2_TARGETS:
-                continue
-            if args.missing and entry.get("aot", {}).get("spirv_sha256") == entry["sha256"]:
-                continue
+    keys = [key for key, entry in sorted(manifest["artifacts"].items()) if entry["target"] in XE2_TARGETS
+            and not (args.missing and entry.get("aot", {}).get("spirv_sha256") == entry["sha256"])]
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        # one ocloc process per core (each compile is single-threaded; outputs are named by binary and target)
+        def compile_one(key):
+            entry = manifest["artifacts"][key]
+            return report(tool, version, KERNEL_DIR / key, entry["target"],
+                          entry.get("aot_spec", {}).get("options", ""), Path(tmp))
+        for key, fresh in zip(keys, pool.map(compile_one, keys)):
+            entry = manifest["artifacts"][key]
             spec = entry.get("aot_spec", {})
-            fresh = report(tool, version, KERNEL_DIR / key, entry["target"], spec.get("options", ""), Path(tmp))
             problems += rule_violations(key, fresh["kernels"], bool(spec.get("expect_dpas", False)))
             for name, k in fresh["kernels"].items():
                 print(summary_line(key, name, k))
