@@ -50,11 +50,8 @@
 #else
 #define PV_TOKEN_UNROLL
 #endif
-#ifndef STAGE
-#define STAGE 0 /* cpu256, G > 4: each K / V block converted to float once into private memory, read by every head group */
-#endif
 #ifndef CPU256
-#define CPU256 0 /* Q K^T shaped for 16 ymm registers (decode_attention_body.h) */
+#define CPU256 0 /* the cpu kernels shaped for 16 ymm registers, K / V staged as float (decode_attention_body.h) */
 #endif
 
 #define INLINE static inline __attribute__((always_inline))

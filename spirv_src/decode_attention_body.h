@@ -228,47 +228,22 @@ INLINE float8 token_sums8(const float8* x)
 }
 #endif
 
-/* Q K^T for hosts with 16 vector registers of 8 floats (CPU256, variant decode_attention_cpu256): two tokens at a
- * time, each 8-element K piece converted once and fma'd into the ch heads' float8 accumulators (2 ch ymm), q as
- * memory operands read once for both tokens; the partial dots go to a small array and token_sums8 reduces each
- * head's 16 to one float16 of scores, stored at s4[h * 4]. */
-INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global const half* kblk, int nb, const int ch,
-                                       int zero)
+/* CPU256 (variant decode_attention_cpu256, hosts with 16 vector registers of 8 floats): each 16-token block's K rows,
+ * then its V rows, are converted to float once into a private array (stage_d, at most BT x D floats, L1-resident),
+ * and every group of 4 heads reads them from there as memory operands. */
+INLINE void PASTE(stage_d, D)(float* dst, __global const half* src, int nb)
 {
-    float8 x[4 * BT];
-    NOUNROLL for (int t = 0; t < BT; t += 2) {
-        const float8* qu = (const float8*)qv + (t & zero);
-        __global const half* kr0 = kblk + (size_t)min(t, nb - 1) * D;
-        __global const half* kr1 = kblk + (size_t)min(t + 1, nb - 1) * D;
-        float8 a0[4], a1[4];
-        float8 k0 = vload_half8(0, kr0), k1 = vload_half8(0, kr1);
-        UNROLL for (int h = 0; h < ch; ++h) {
-            const float8 qc = qu[h * 2 * NV];
-            a0[h] = qc * k0;
-            a1[h] = qc * k1;
-        }
-        UNROLL for (int c = 1; c < 2 * NV; ++c) {
-            k0 = vload_half8(c, kr0);
-            k1 = vload_half8(c, kr1);
-            UNROLL for (int h = 0; h < ch; ++h) {
-                const float8 qc = qu[h * 2 * NV + c];
-                a0[h] = fma(qc, k0, a0[h]);
-                a1[h] = fma(qc, k1, a1[h]);
-            }
-        }
-        UNROLL for (int h = 0; h < ch; ++h) {
-            x[h * BT + t] = a0[h];
-            x[h * BT + t + 1] = a1[h];
-        }
-    }
-    UNROLL for (int h = 0; h < ch; ++h)
-        s4[h * 4] = (float16)(token_sums8(x + h * BT), token_sums8(x + h * BT + 8));
+    NOUNROLL for (int t = 0; t < nb; ++t)
+        UNROLL for (int c = 0; c < 2 * NV; ++c)
+            vstore8(vload_half8(c, src + (size_t)t * D), t * 2 * NV + c, dst);
 }
-#if STAGE
-/* STAGE (G > 4): the same Q K^T and P V with the block's K or V rows already converted to float in private memory
- * (stage_d), read as memory operands by each group of 4 heads, where every group converted them again otherwise. */
-INLINE void PASTE(scores_heads_f_d, D)(float16* s4, const float16* qv, const float* kblk, int nb, const int ch,
-                                         int zero)
+
+/* Q K^T (CPU256) for `ch` heads from the staged block: two tokens at a time, each 8-element K piece fma'd into the ch
+ * heads' float8 accumulators (2 ch ymm), q as memory operands read once for both tokens; the partial dots go to a
+ * small array and token_sums8 reduces each head's 16 to one float16 of scores, stored at s4[h * 4]. Rows past the
+ * end repeat the last valid one: their scores are masked. */
+INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, const float* kblk, int nb, const int ch,
+                                       int zero)
 {
     float8 x[4 * BT];
     NOUNROLL for (int t = 0; t < BT; t += 2) {
@@ -297,7 +272,9 @@ INLINE void PASTE(scores_heads_f_d, D)(float16* s4, const float16* qv, const flo
         s4[h * 4] = (float16)(token_sums8(x + h * BT), token_sums8(x + h * BT + 8));
 }
 
-INLINE void PASTE(pv_heads_f_d, D)(float16* o, const float* pa, const float* vblk, int nb, const int ch)
+/* P V (CPU256) for `ch` heads from the staged block: one float16 of each V row per pass (4 heads x 2 ymm
+ * accumulators), the token loop unrolled PV_UNROLL times. */
+INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, const float* vblk, int nb, const int ch)
 {
     UNROLL for (int part = 0; part < NV; ++part) {
         float16 acc[4];
@@ -312,14 +289,6 @@ INLINE void PASTE(pv_heads_f_d, D)(float16* o, const float* pa, const float* vbl
             o[h * NV + part] = acc[h];
     }
 }
-
-INLINE void PASTE(stage_d, D)(float* dst, __global const half* src, int nb)
-{
-    NOUNROLL for (int t = 0; t < nb; ++t)
-        UNROLL for (int c = 0; c < 2 * NV; ++c)
-            vstore8(vload_half8(c, src + (size_t)t * D), t * 2 * NV + c, dst);
-}
-#endif
 #else
 /* Q K^T for `ch` heads (qv and s4 at their first head) over the block at kblk: each K row is converted once and
  * used by all ch heads from registers. Tokens two at a time: each q vector is read once (a memory operand) for both
@@ -360,7 +329,6 @@ INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global co
     }
 }
 
-#endif
 
 /* P V for `ch` heads (o and pa at their first head): each V row is converted once per 4-vector part and used by
  * all ch heads from registers (4 ch accumulators), the probability of (head, token) a broadcast load. */
@@ -386,6 +354,7 @@ INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, __global const hal
                 o[h * NV + part * PV_VECS + c] = acc[h][c];
     }
 }
+#endif
 
 INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
 {
@@ -410,30 +379,29 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
     const int16 token = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     float16 s4[MAXG * 4];
     float pa[MAXG * BT];
-#if CPU256 && STAGE
-    float kv32[BT * D];
+#if CPU256
+    float kv32[BT * D]; /* the block's K, then V rows as float (stage_d) */
 #endif
     const int zero = G >> 5; /* 0 (G <= 16), opaque to the compiler */
     for (int b = t0; b < t1; b += BT) {
         const int nb = min(BT, t1 - b);
         __global const half* kblk = kb + (size_t)b * D;
         /* Q K^T, heads 4 (then 2, then 1) at a time */
-        int g = 0;
-#if CPU256 && STAGE
-        if (G > 4) {
-            PASTE(stage_d, D)(kv32, kblk, nb);
-            for (; g + 4 <= G; g += 4)
-                PASTE(scores_heads_f_d, D)(s4 + g * 4, qv + g * NV, kv32, nb, 4, zero);
-        }
+#if CPU256
+        PASTE(stage_d, D)(kv32, kblk, nb);
+        const float* ksrc = kv32;
+#else
+        __global const half* ksrc = kblk;
 #endif
+        int g = 0;
         for (; g + 4 <= G; g += 4)
-            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, kblk, nb, 4, zero);
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 4, zero);
         if (g + 2 <= G) {
-            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, kblk, nb, 2, zero);
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 2, zero);
             g += 2;
         }
         if (g < G)
-            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, kblk, nb, 1, zero);
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 1, zero);
         /* online softmax per head */
         for (g = 0; g < G; ++g) {
             const float16* sg = s4 + g * 4;
@@ -456,23 +424,20 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
             vstore16(p, g, pa);
         }
         /* P V, heads 4 (then 2, then 1) at a time; rows past the end are never read */
-        __global const half* vblk = vb + (size_t)b * D;
-        g = 0;
-#if CPU256 && STAGE
-        if (G > 4) {
-            PASTE(stage_d, D)(kv32, vblk, nb);
-            for (; g + 4 <= G; g += 4)
-                PASTE(pv_heads_f_d, D)(o + g * NV, pa + g * BT, kv32, nb, 4);
-        }
+#if CPU256
+        PASTE(stage_d, D)(kv32, vb + (size_t)b * D, nb);
+        const float* vsrc = kv32;
+#else
+        __global const half* vsrc = vb + (size_t)b * D;
 #endif
-        for (; g + 4 <= G; g += 4)
-            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vblk, nb, 4);
+        for (g = 0; g + 4 <= G; g += 4)
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 4);
         if (g + 2 <= G) {
-            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vblk, nb, 2);
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 2);
             g += 2;
         }
         if (g < G)
-            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vblk, nb, 1);
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 1);
     }
     for (int g = 0; g < G; ++g) {
         const int hq = kvh * G + g;
