@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common import KERNEL_DIR, MANIFEST, REBUILD_COMMAND, XE2_TARGETS, load_manifest, write_json_atomic
