@@ -209,6 +209,9 @@ INLINE float hmax16(float16 v)
 #endif
 
 #if CPU256
+#ifndef PREFETCH
+#define PREFETCH 0
+#endif
 #ifndef DECODE_ATTENTION_CPU256_HELPERS
 #define DECODE_ATTENTION_CPU256_HELPERS
 /* Eight float8 partial dots (one per token) -> one float8 of their lane sums in token order, with the shuffles AVX2
@@ -241,12 +244,14 @@ INLINE void PASTE(stage_d, D)(float* dst, __global const half* src, int nb)
 /* Q K^T (CPU256) for `ch` heads from the staged block: two tokens at a time, each 8-element K piece fma'd into the ch
  * heads' float8 accumulators (2 ch ymm), q as memory operands read once for both tokens; the partial dots go to a
  * small array and token_sums8 reduces each head's 16 to one float16 of scores, stored at s4[h * 4]. Rows past the
- * end repeat the last valid one: their scores are masked. */
+ * end repeat the last valid one: their scores are masked. pf (or 0): the rows to prefetch, two per pass. */
 INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, const float* kblk, int nb, const int ch,
-                                       int zero)
+                                       int zero, __global const half* pf)
 {
     float8 x[4 * BT];
     NOUNROLL for (int t = 0; t < BT; t += 2) {
+        if (pf)
+            prefetch(pf + (size_t)t * D, 2 * D);
         const float8* qu = (const float8*)qv + (t & zero);
         const float8* kr0 = (const float8*)(kblk + (size_t)min(t, nb - 1) * D);
         const float8* kr1 = (const float8*)(kblk + (size_t)min(t + 1, nb - 1) * D);
@@ -273,10 +278,13 @@ INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, const float
 }
 
 /* P V (CPU256) for `ch` heads from the staged block: one float16 of each V row per pass (4 heads x 2 ymm
- * accumulators), the token loop unrolled PV_UNROLL times. */
-INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, const float* vblk, int nb, const int ch)
+ * accumulators), the token loop unrolled PV_UNROLL times. pf (or 0): the rows to prefetch, BT / NV per pass. */
+INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, const float* vblk, int nb, const int ch,
+                                   __global const half* pf)
 {
     UNROLL for (int part = 0; part < NV; ++part) {
+        if (pf)
+            prefetch(pf + (size_t)part * (BT / NV) * D, (BT / NV) * D);
         float16 acc[4];
         UNROLL for (int h = 0; h < ch; ++h)
             acc[h] = o[h * NV + part];
@@ -394,14 +402,24 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
         __global const half* ksrc = kblk;
 #endif
         int g = 0;
+#if CPU256
+        /* PREFETCH: the next block's K rows are prefetched while the first head group's Q K^T runs, its V rows
+         * while the first group's P V runs, a few lines per pass (a burst of the whole block at once gained nothing),
+         * so that stage_d finds them in cache: without it the core stalled on each block's loads, then computed,
+         * with little overlap. A partial next block prefetches whole rows past t1, which x86 prefetches allow. */
+        __global const half* next = PREFETCH && b + BT < t1 ? kblk + BT * D : 0;
+#define PF_ARG(first) , (first) ? next : 0
+#else
+#define PF_ARG(first)
+#endif
         for (; g + 4 <= G; g += 4)
-            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 4, zero);
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 4, zero PF_ARG(g == 0));
         if (g + 2 <= G) {
-            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 2, zero);
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 2, zero PF_ARG(g == 0));
             g += 2;
         }
         if (g < G)
-            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 1, zero);
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 1, zero PF_ARG(g == 0));
         /* online softmax per head */
         for (g = 0; g < G; ++g) {
             const float16* sg = s4 + g * 4;
@@ -430,14 +448,18 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
 #else
         __global const half* vsrc = vb + (size_t)b * D;
 #endif
+#if CPU256
+        next = PREFETCH && b + BT < t1 ? vb + (size_t)(b + BT) * D : 0;
+#endif
         for (g = 0; g + 4 <= G; g += 4)
-            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 4);
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 4 PF_ARG(g == 0));
         if (g + 2 <= G) {
-            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 2);
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 2 PF_ARG(g == 0));
             g += 2;
         }
         if (g < G)
-            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 1);
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 1 PF_ARG(g == 0));
+#undef PF_ARG
     }
     for (int g = 0; g < G; ++g) {
         const int hq = kvh * G + g;

@@ -292,7 +292,9 @@ def run_rope_kv(q, k, v, positions, k_cache, v_cache, *, theta, scaling=None, qk
     norm_eps = 0.0
     if qk_norm is not None:
         if not isinstance(qk_norm, (tuple, list)) or len(qk_norm) != 3:
-            raise InputTypeError(f"{op}: qk_norm must be None or a (q_weight, k_weight, eps) tuple, got {qk_norm!r}")
+            got = (f"a {type(qk_norm).__name__} of {len(qk_norm)} items" if isinstance(qk_norm, (tuple, list))
+                   else f"{type(qk_norm).__name__} {qk_norm!r:.60}")
+            raise InputTypeError(f"{op}: qk_norm must be None or a (q_weight, k_weight, eps) tuple, got {got}")
         qw, kw, norm_eps = qk_norm
         validate.device_array(op, "qk_norm q_weight", qw, dtypes=_F16, ndims=[1])
         validate.device_array(op, "qk_norm k_weight", kw, dtypes=_F16, ndims=[1])
