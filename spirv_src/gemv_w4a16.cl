@@ -466,6 +466,9 @@ INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
     for (int r = 0; r < RPT; ++r)
         acc[r] = 0.0f;
 #if WIDE_STEP == 2
+#if CPU_AVX2
+    const int k_opaque = K >> 30; /* 0: a row holds far fewer than 2^30 codes */
+#endif
     /* Whole 128-k steps as integer dot products; groups past the last whole step take the per-group path below. */
     const int groups_per_step = 128 / G;
     const int steps = (g_end - g_begin) / groups_per_step;
@@ -474,9 +477,7 @@ INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
         const int k0 = gs * G;
         __local const int* xs = xq + (k0 / 128) * XQ_STRIDE;
 #if CPU_AVX2
-        short16 xw[8]; /* xw[4 j + t] lane i: xi at k0 + 64 j + 4 i + t (int8_parts_of) */
-        for (int v = 0; v < 8; ++v)
-            xw[v] = vload16(v, (__local const short*)xs);
+        __local const short* xw = (__local const short*)xs; /* short16 4 j + t, lane i: xi at k0 + 64 j + 4 i + t */
 #else
         const int16 xeh = vload16(0, xs), xoh = vload16(1, xs), xel = vload16(2, xs), xol = vload16(3, xs);
 #endif
@@ -490,13 +491,17 @@ INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
             /* the row's 64 bytes as two ushort16: lane i of half j holds the codes k0 + 64 j + 4 i + t in bits 4t;
              * vpmaddwd of code vector t with xw[4 j + t] sums k pairs, so int lane m of half j covers k0 + 64 j +
              * 8 m .. + 7: lane 8 j + m of the VNNI path's dot, the same integer */
+            /* x through an address the compiler cannot hoist out of the row loop (k_opaque is 0), so that vpmaddwd
+             * reads it as a memory operand: held in registers, the 8 x vectors and the 4 rows' 8 accumulators did
+             * not fit AVX2's 16 and were spilled and reloaded every row (1.03-1.26x at Llama-3.2-1B's shapes) */
+            __local const short* xr = xw + (r & k_opaque);
             int8 d[2];
             for (int j = 0; j < 2; ++j) {
                 const ushort16 w = vload16(j, (__global const ushort*)(prow[r] + k0 / 2));
-                d[j] = (avx2_pmaddwd(as_short16(w & (ushort)15), xw[4 * j])
-                        + avx2_pmaddwd(as_short16((w >> (ushort)4) & (ushort)15), xw[4 * j + 1]))
-                     + (avx2_pmaddwd(as_short16((w >> (ushort)8) & (ushort)15), xw[4 * j + 2])
-                        + avx2_pmaddwd(as_short16(w >> (ushort)12), xw[4 * j + 3]));
+                d[j] = (avx2_pmaddwd(as_short16(w & (ushort)15), vload16(4 * j, xr))
+                        + avx2_pmaddwd(as_short16((w >> (ushort)4) & (ushort)15), vload16(4 * j + 1, xr)))
+                     + (avx2_pmaddwd(as_short16((w >> (ushort)8) & (ushort)15), vload16(4 * j + 2, xr))
+                        + avx2_pmaddwd(as_short16(w >> (ushort)12), vload16(4 * j + 3, xr)));
             }
             float16 u = convert_float16((int16)(d[0], d[1]) + start); /* exact: |dot| < 2^22 */
 #else
