@@ -493,7 +493,8 @@ INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
              * 8 m .. + 7: lane 8 j + m of the VNNI path's dot, the same integer */
             /* x through an address the compiler cannot hoist out of the row loop (k_opaque is 0), so that vpmaddwd
              * reads it as a memory operand: held in registers, the 8 x vectors and the 4 rows' 8 accumulators did
-             * not fit AVX2's 16 and were spilled and reloaded every row (1.03-1.26x at Llama-3.2-1B's shapes) */
+             * not fit AVX2's 16 and were spilled and reloaded every row (session 37: same results bit for bit;
+             * speed within the rounds' spread, docs/llm.md) */
             __local const short* xr = xw + (r & k_opaque);
             int8 d[2];
             for (int j = 0; j < 2; ++j) {
