@@ -337,7 +337,6 @@ INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global co
     }
 }
 
-
 /* P V for `ch` heads (o and pa at their first head): each V row is converted once per 4-vector part and used by
  * all ch heads from registers (4 ch accumulators), the probability of (head, token) a broadcast load. */
 INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, __global const half* vblk, int nb, const int ch)
@@ -398,11 +397,6 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
 #if CPU256
         PASTE(stage_d, D)(kv32, kblk, nb);
         const float* ksrc = kv32;
-#else
-        __global const half* ksrc = kblk;
-#endif
-        int g = 0;
-#if CPU256
         /* PREFETCH: the next block's K rows are prefetched while the first head group's Q K^T runs, its V rows
          * while the first group's P V runs, a few lines per pass (a burst of the whole block at once gained nothing),
          * so that stage_d finds them in cache: without it the core stalled on each block's loads, then computed,
@@ -410,8 +404,10 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
         __global const half* next = PREFETCH && b + BT < t1 ? kblk + BT * D : 0;
 #define PF_ARG(first) , (first) ? next : 0
 #else
+        __global const half* ksrc = kblk;
 #define PF_ARG(first)
 #endif
+        int g = 0;
         for (; g + 4 <= G; g += 4)
             PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 4, zero PF_ARG(g == 0));
         if (g + 2 <= G) {
@@ -445,11 +441,9 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
 #if CPU256
         PASTE(stage_d, D)(kv32, vb + (size_t)b * D, nb);
         const float* vsrc = kv32;
+        next = PREFETCH && b + BT < t1 ? vb + (size_t)(b + BT) * D : 0;
 #else
         __global const half* vsrc = vb + (size_t)b * D;
-#endif
-#if CPU256
-        next = PREFETCH && b + BT < t1 ? vb + (size_t)(b + BT) * D : 0;
 #endif
         for (g = 0; g + 4 <= G; g += 4)
             PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 4 PF_ARG(g == 0));

@@ -489,7 +489,7 @@ INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
         for (int r = 0; r < RPT; ++r) {
 #if CPU_AVX2
             /* the row's 64 bytes as two ushort16: lane i of half j holds the codes k0 + 64 j + 4 i + t in bits 4t;
-             * vpmaddwd of code vector t with xw[4 j + t] sums k pairs, so int lane m of half j covers k0 + 64 j +
+             * vpmaddwd of code vector t with x vector 4 j + t sums k pairs, so int lane m of half j covers k0 + 64 j +
              * 8 m .. + 7: lane 8 j + m of the VNNI path's dot, the same integer */
             /* x through an address the compiler cannot hoist out of the row loop (k_opaque is 0), so that vpmaddwd
              * reads it as a memory operand: held in registers, the 8 x vectors and the 4 rows' 8 accumulators did
