@@ -17,10 +17,17 @@ xe2rt's warm path costs a few microseconds per launch; four things it needs have
   a deadlock (seen in LLM sampling, MiniLM on an in-order queue, gemm_w4a16's first call on the Xe2 path).
   `before_vm(queue)` drains an in-order queue first; `vm_queue(queue)` gives an out-of-order queue for code that is all
   such dpnp work.
-- libsycl's exported members `sycl::queue::getNative(int&)` and `sycl::kernel::getNative()` (called by name through
-  ctypes; they are what the SYCL 2020 interop function `sycl::get_native<backend::opencl>` calls, which dpctl does
-  not expose): the OpenCL command queue and kernel behind a dpctl queue and kernel, for xe2rt.graph's command
-  buffers. Public equivalent: none; without them a graph replays its plans one launch at a time (xe2rt.graph).
+- libsycl's exported members `sycl::queue::getNative(int&)`, `sycl::kernel::getNative()`,
+  `sycl::context::getNative()` and `sycl::device::getNative()` (called by name through ctypes; they are what the
+  SYCL 2020 interop function `sycl::get_native<backend::opencl>` calls, which dpctl does not expose): the OpenCL
+  objects behind dpctl's, for xe2rt.graph's command buffers and xe2rt.program_cache. Public equivalent: none;
+  without them a graph replays its plans one launch at a time, and programs are built from SPIR-V every time.
+- libsycl's `sycl::detail::make_kernel_bundle(ur_native_handle_t, const context&, bool, bundle_state, backend)`, what
+  the SYCL 2020 interop function `sycl::make_kernel_bundle<backend::opencl, bundle_state::executable>` calls (and
+  dpctl calls after building a program), returning the bundle as the std::shared_ptr a `sycl::kernel_bundle` holds;
+  wrapped into a `dpctl.program.SyclProgram` by dpctl's Cython C API function `SyclProgram_Make`. It makes a program
+  xe2rt.program_cache loaded from a binary into the dpctl object every launch takes. Public equivalent: building
+  from SPIR-V (`dpctl.program.create_program_from_spirv`), which is what happens without it.
 
 Each is used only when the installed version is the pinned one (pyproject.toml); otherwise the public equivalent is
 the one code path. tests/test_compat.py checks every internal against its public equivalent, so a change in a pinned
@@ -221,6 +228,41 @@ def _sycl_native_getters():
     return queue_get, kernel_get
 
 
+def _sycl_program_makers():
+    """(context getter, device getter, make_kernel_bundle, SyclProgram_Make) for program_from_native_opencl, or None
+    when this is not the pinned dpctl's runtime or a symbol is missing."""
+    if not PINNED_VERSIONS:
+        return None
+    import ctypes
+    import dpctl.program
+    from . import _capi
+    try:
+        context_get = _capi._lib["_ZNK4sycl3_V17context9getNativeEv"]
+        device_get = _capi._lib["_ZNK4sycl3_V16device9getNativeEv"]
+        make_bundle = _capi._lib["_ZN4sycl3_V16detail18make_kernel_bundleEmRKNS0_7contextEbNS0_12bundle_stateENS0_7"
+                                 "backendE"]
+        capsule = dpctl.program._program.__pyx_capi__["SyclProgram_Make"]
+    except (AttributeError, KeyError):
+        return None
+    for getter in (context_get, device_get):
+        getter.restype, getter.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    # returns std::shared_ptr<kernel_bundle_impl> through the hidden first argument (Itanium C++ ABI)
+    make_bundle.restype = ctypes.c_void_p
+    make_bundle.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_bool, ctypes.c_int,
+                            ctypes.c_int]
+    name = ctypes.pythonapi.PyCapsule_GetName
+    name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    pointer.restype, pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    if name(capsule) != b"struct PySyclProgramObject *(DPCTLSyclKernelBundleRef)":
+        return None
+    program_make = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p)(pointer(capsule, name(capsule)))
+    libc = ctypes.CDLL(None)
+    malloc = libc.malloc
+    malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    return context_get, device_get, make_bundle, program_make, malloc
+
+
 _native_getters = _sycl_native_getters()
 
 
@@ -240,6 +282,37 @@ def native_opencl_kernel(sycl_kernel) -> int | None:
     if _native_getters is None:
         return None
     return _native_getters[1](sycl_kernel.addressof_ref()) or None
+
+
+_program_makers = _sycl_program_makers()
+# sycl::bundle_state::executable, sycl::backend::opencl (sycl/kernel_bundle_enums.hpp, sycl/backend_types.hpp)
+_EXECUTABLE, _OPENCL = 2, 1
+_SHARED_PTR_BYTES = 16  # sycl::kernel_bundle<executable>: its one member, a std::shared_ptr (two pointers)
+
+
+def native_programs_available() -> bool:
+    return _program_makers is not None and _native_getters is not None
+
+
+def native_opencl_context_device(queue: dpctl.SyclQueue) -> tuple[int, int] | None:
+    """(cl_context, cl_device_id) behind an OpenCL-backend queue; the context is a reference the caller releases (a
+    root device needs no release). None when not available."""
+    if _program_makers is None or queue.backend != dpctl.backend_type.opencl:
+        return None
+    context = _program_makers[0](queue.sycl_context.addressof_ref())
+    device = _program_makers[1](queue.sycl_device.addressof_ref())
+    return (context, device) if context and device else None
+
+
+def program_from_native_opencl(program: int, queue: dpctl.SyclQueue):
+    """A dpctl.program.SyclProgram over a built cl_program of the queue's context, as dpctl makes one after building
+    from SPIR-V (the bundle keeps the program; the caller's reference is left to it, as dpctl leaves its own)."""
+    context_get, device_get, make_bundle, program_make, malloc = _program_makers
+    bundle = malloc(_SHARED_PTR_BYTES)  # freed by the SyclProgram (DPCTLKernelBundle_Delete: delete of the bundle)
+    if not bundle:
+        raise MemoryError("malloc of a kernel bundle failed")
+    make_bundle(bundle, program, queue.sycl_context.addressof_ref(), False, _EXECUTABLE, _OPENCL)
+    return program_make(bundle)
 
 
 # ---- environment ----

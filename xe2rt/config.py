@@ -5,7 +5,10 @@ XE2RT_TARGET        force a kernel target for every call: one of bmg, lnl, cpu, 
 XE2RT_KERNEL_DIR    load binaries and manifest.json from this folder instead of the packaged xe2rt/kernels
 XE2RT_NO_ICD_SETUP  set to 1 to stop `import xe2rt` from pointing OCL_ICD_FILENAMES at the pip-installed OpenCL
                     CPU runtime (it only ever does so when OCL_ICD_FILENAMES is unset)
-XE2RT_CACHE_DIR     folder for Module.from_source builds (default ~/.cache/xe2rt/from_source)
+XE2RT_CACHE_DIR     folder of xe2rt's build cache (default ~/.cache/xe2rt): Module.from_source builds in
+                    from_source/, programs built for the OpenCL CPU device in programs/ (xe2rt.program_cache)
+XE2RT_PROGRAM_CACHE set to 0 to build every program from SPIR-V in every process instead of keeping the CPU
+                    device's built programs in XE2RT_CACHE_DIR/programs (default 1)
 XE2RT_MODEL_CACHE   folder for downloaded model wheels (xe2rt.models; default ~/.cache/xe2rt/models)
 XE2RT_NATIVE_GRAPH  set to 0 to make xe2rt.graph (and the LLM decode step) replay plans launch by launch instead of
                     recording OpenCL command buffers (default 1)
@@ -117,8 +120,34 @@ def model_cache_dir() -> Path:
     return _usable_folder("XE2RT_MODEL_CACHE", Path.home() / ".cache" / "xe2rt" / "models")
 
 
+def _cache_root() -> tuple[str, Path]:
+    value = os.environ.get("XE2RT_CACHE_DIR", "").strip()
+    return value, (Path(value).expanduser() if value else Path.home() / ".cache" / "xe2rt")
+
+
 def cache_dir() -> Path:
-    return _usable_folder("XE2RT_CACHE_DIR", Path.home() / ".cache" / "xe2rt" / "from_source")
+    """XE2RT_CACHE_DIR/from_source, the folder of Module.from_source builds."""
+    value, root = _cache_root()
+    folder = root / "from_source"
+    problem = folder_problem(folder)
+    if problem:
+        raise ConfigError(f"XE2RT_CACHE_DIR={value or root!s}: {folder}: {problem}; set XE2RT_CACHE_DIR to a "
+                          f"writable folder")
+    return folder
+
+
+def program_cache_dir() -> tuple[Path, str | None]:
+    """(XE2RT_CACHE_DIR/programs, why files cannot be written there or None): the folder of xe2rt.program_cache."""
+    folder = _cache_root()[1] / "programs"
+    return folder, folder_problem(folder)
+
+
+def program_cache_enabled() -> bool:
+    value = os.environ.get("XE2RT_PROGRAM_CACHE", "").strip()
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"XE2RT_PROGRAM_CACHE={value!r}: use 0 to build every program from SPIR-V in every "
+                          f"process, 1 or unset to keep the CPU device's built programs on disk")
+    return value != "0"
 
 
 def bench_decode_layers(default: int) -> int:

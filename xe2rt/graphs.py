@@ -30,6 +30,7 @@ import threading
 import dpctl
 
 from . import _capi, _compat, config, launch
+from ._opencl import OpenCL as _OpenCL, lock as _cl_lock, opencl as _opencl
 from .errors import InputError, InputTypeError
 from .plan import Plan
 
@@ -48,58 +49,6 @@ EXTENSION, MIN_PATCH = "cl_khr_command_buffer", 5
 
 class _NameVersion(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint), ("name", ctypes.c_char * 64)]
-
-
-class _OpenCL:
-    """The OpenCL entry points a graph uses, from the ICD loader the SYCL runtime loaded, and the extension's from
-    the platform of the first device asked about."""
-
-    def __init__(self):
-        lib = ctypes.CDLL("libOpenCL.so.1")  # already loaded by SYCL's OpenCL adapter: the same library
-
-        def f(name, restype, *argtypes):
-            fn = lib[name]
-            fn.restype, fn.argtypes = restype, list(argtypes)
-            return fn
-        size, pint = ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)
-        self.queue_info = f("clGetCommandQueueInfo", ctypes.c_int, _VP, ctypes.c_uint, size, _VP, _VP)
-        self.device_info = f("clGetDeviceInfo", ctypes.c_int, _VP, ctypes.c_uint, size, _VP, _VP)
-        self.clone_kernel = f("clCloneKernel", _VP, _VP, pint)
-        self.set_arg = f("clSetKernelArg", ctypes.c_int, _VP, ctypes.c_uint, size, _VP)
-        self.release_kernel = f("clReleaseKernel", ctypes.c_int, _VP)
-        self.release_queue = f("clReleaseCommandQueue", ctypes.c_int, _VP)
-        self.release_event = f("clReleaseEvent", ctypes.c_int, _VP)
-        self.wait_events = f("clWaitForEvents", ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_VP))
-        self.finish = f("clFinish", ctypes.c_int, _VP)
-        self._address = f("clGetExtensionFunctionAddressForPlatform", _VP, _VP, ctypes.c_char_p)
-        self.platform = None
-
-    def extension(self, platform: int):
-        """Bind the extension entry points of `platform` (once: a process has one OpenCL platform per runtime, and
-        the graphs of other platforms replay their plans)."""
-        if self.platform is not None:
-            return self.platform == platform
-
-        def f(name, restype, *argtypes):
-            address = self._address(platform, name.encode())
-            if not address:
-                raise OSError(f"the OpenCL platform has no {name}")
-            return ctypes.CFUNCTYPE(restype, *argtypes)(address)
-        pint, puint = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint)
-        self.set_arg_pointer = f("clSetKernelArgMemPointerINTEL", ctypes.c_int, _VP, ctypes.c_uint, _VP)
-        self.create_buffer = f("clCreateCommandBufferKHR", _VP, ctypes.c_uint, ctypes.POINTER(_VP), _VP, pint)
-        self.command_kernel = f("clCommandNDRangeKernelKHR", ctypes.c_int, _VP, _VP, _VP, _VP, ctypes.c_uint, _VP, _VP,
-                                _VP, ctypes.c_uint, puint, puint, _VP)
-        self.finalize = f("clFinalizeCommandBufferKHR", ctypes.c_int, _VP)
-        self.enqueue_buffer = f("clEnqueueCommandBufferKHR", ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_VP), _VP,
-                                ctypes.c_uint, _VP, ctypes.POINTER(_VP))
-        self.release_buffer = f("clReleaseCommandBufferKHR", ctypes.c_int, _VP)
-        self.platform = platform
-        return True
-
-
-_cl: _OpenCL | None = None
-_cl_lock = threading.Lock()
 
 
 class NativeError(RuntimeError):
@@ -131,14 +80,6 @@ def _device_support(cl: _OpenCL, device: int) -> tuple[str | None, bool]:
     _check(cl.device_info(device, CL_DEVICE_COMMAND_BUFFER_CAPABILITIES_KHR, 8, ctypes.byref(caps), None),
            "clGetDeviceInfo(CL_DEVICE_COMMAND_BUFFER_CAPABILITIES_KHR)")
     return None, bool(caps.value & CL_COMMAND_BUFFER_CAPABILITY_SIMULTANEOUS_USE_KHR)
-
-
-def _opencl() -> _OpenCL:
-    global _cl
-    with _cl_lock:
-        if _cl is None:
-            _cl = _OpenCL()
-        return _cl
 
 
 class _CommandBuffer:

@@ -5,7 +5,7 @@ import os
 
 import dpctl
 
-from . import artifacts, config, targets
+from . import artifacts, config, program_cache, targets
 from .errors import Xe2rtError
 
 
@@ -57,6 +57,7 @@ def info(device: dpctl.SyclDevice | str | None = None) -> dict:
         "forced_target": config.forced_target(),
         "ocl_icd_filenames": os.environ.get("OCL_ICD_FILENAMES"),
         "kernel_dir": str(config.kernel_dir()),
+        "program_cache": program_cache.describe(),
         "compilers": manifest.get("compilers"),
         "devices": [_device_entry(d) for d in devices],
         "binaries": binaries,
@@ -79,7 +80,8 @@ def format_info(data: dict, isa: bool = False) -> str:
     """One screen: the devices and the target each gets, then one line per target over its shipped binaries; with
     isa=True also every binary's ahead-of-time report and the per-kernel hot-loop table."""
     lines = [f"xe2rt {data['version']}  kernels: {data['kernel_dir']}",
-             f"OCL_ICD_FILENAMES={data['ocl_icd_filenames']}  XE2RT_TARGET={data['forced_target']}", "", "devices:"]
+             f"OCL_ICD_FILENAMES={data['ocl_icd_filenames']}  XE2RT_TARGET={data['forced_target']}",
+             f"CPU device programs kept in: {data['program_cache']}", "", "devices:"]
     for d in data["devices"]:
         lines.append(f"  {d['filter']:14s} {d['name']!r} -> target {d['target']}  ({d['why']}), "
                      f"hardware threads to fill: {d.get('hw_threads', '-')}"

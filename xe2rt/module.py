@@ -5,7 +5,8 @@ A folder holds `manifest.json` and `<target>/<module>.spv`; the manifest lists p
 each kernel's signature (and, when the build recorded them, required work-group and sub-group sizes). A binary is
 read once and refused unless its sha256 is the manifest's. Programs are built per (context, device, binary sha256,
 kernel): the first launch of a kernel builds a one-kernel view of the module (xe2rt.spirv_module), `build_all()` the
-whole module at once. Everything loaded or built lives in the caches below, which `clear()` empties.
+whole module at once. Everything loaded or built lives in the caches below, which `clear()` empties; on the OpenCL
+CPU device a built program is also kept on disk for the next process (xe2rt.program_cache).
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ import dpctl
 import dpctl.program
 import dpnp
 
-from . import launch, spirv_module, targets
-from .errors import ArtifactError, InputError, InputTypeError, TargetError
+from . import launch, program_cache, spirv_module, targets
+from .errors import ArtifactError, ConfigError, InputError, InputTypeError, TargetError
 from .launch import LocalMemory  # noqa: F401  (public as xe2rt.LocalMemory)
 
 # dpctl's development branch renames create_program_from_spirv; the old name stays as a deprecated alias.
@@ -207,7 +208,11 @@ class Module:
         program = _built.get(key)
         if program is None:
             try:
-                program = _create_from_spirv(self.queue, spirv, "")
+                program = program_cache.load_or_build(self.queue, spirv, "",
+                                                      lambda: _create_from_spirv(self.queue, spirv, ""),
+                                                      kernel or next(iter(self.entry["kernels"])))
+            except ConfigError:
+                raise
             except Exception as exc:  # dpctl raises SyclProgramCompilationError without the log on some backends
                 which = f"kernel {kernel!r} of " if kernel else ""
                 reason = str(exc).strip() or "the device compiler gave no message"

@@ -1,0 +1,117 @@
+"""Built programs kept on disk for the CPU device (xe2rt.program_cache): stored after a build, loaded by the next
+process without compiling, the same results bit for bit as a build from SPIR-V; damaged files and unwritable
+folders fall back to building, and XE2RT_PROGRAM_CACHE=0 turns it off."""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import xe2rt
+from xe2rt import _compat, config, program_cache
+
+# One clean process: the op's programs built from SPIR-V (the cache off), then through the cache, then again after
+# the files were damaged in three ways. Prints one line per step: stats, files, output digest.
+SCRIPT = r'''
+import hashlib, os, sys
+import numpy as np, dpctl, dpnp
+from pathlib import Path
+import xe2rt
+from xe2rt import module, program_cache
+
+q = dpctl.SyclQueue("opencl:cpu")
+rng = np.random.default_rng(5)
+x = dpnp.asarray(rng.standard_normal((3, 4096)).astype(np.float16), sycl_queue=q)
+w = dpnp.asarray(rng.standard_normal(4096).astype(np.float16), sycl_queue=q)
+folder = Path(os.environ["XE2RT_CACHE_DIR"]) / "programs"
+
+def step(name):
+    module.clear(programs=True)
+    before = dict(program_cache.stats)
+    out = dpnp.asnumpy(xe2rt.rms_norm(x, w, eps=1e-6, target="cpu"))
+    delta = {k: program_cache.stats[k] - before[k] for k in before}
+    files = sorted(folder.glob("*.bin")) if folder.exists() else []
+    print(name, delta["hits"], delta["stores"], delta["rejected"], len(files),
+          hashlib.sha256(out.tobytes()).hexdigest(), flush=True)
+    return files
+
+os.environ["XE2RT_PROGRAM_CACHE"] = "0"
+step("off")
+del os.environ["XE2RT_PROGRAM_CACHE"]
+files = step("store")
+step("load")
+for f in files:  # a byte changed: the digest no longer matches
+    data = bytearray(f.read_bytes()); data[len(data) // 2] ^= 0xFF; f.write_bytes(bytes(data))
+step("altered")
+for f in files:  # cut short
+    f.write_bytes(f.read_bytes()[:20])
+step("short")
+for f in files:  # a whole file the runtime refuses: the digest right, the binary not one
+    body = b"\x7fELF" + bytes(4000)
+    f.write_bytes(hashlib.sha256(body).digest() + body)
+step("refused")
+step("load again")
+'''
+
+
+@pytest.fixture
+def cpu_cache(queue):
+    if not program_cache.enabled(queue):
+        pytest.skip("the disk cache needs the OpenCL CPU device and the pinned dpctl's libsycl internals "
+                    "(xe2rt._compat); without them every program is built from SPIR-V")
+
+
+def test_programs_are_kept_loaded_and_rebuilt_when_damaged(cpu_cache, tmp_path):
+    env = dict(os.environ, XE2RT_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("XE2RT_PROGRAM_CACHE", None)
+    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {}
+    for line in run.stdout.splitlines():
+        *name, hits, stores, rejected, files, digest = line.split()
+        rows[" ".join(name)] = (int(hits), int(stores), int(rejected), int(files), digest)
+    assert list(rows) == ["off", "store", "load", "altered", "short", "refused", "load again"], run.stdout
+    kernels = rows["store"][1]
+    assert rows["off"][:4] == (0, 0, 0, 0), rows["off"]  # nothing read or written with XE2RT_PROGRAM_CACHE=0
+    assert kernels >= 1 and rows["store"][:4] == (0, kernels, 0, kernels), rows["store"]
+    assert rows["load"][:4] == (kernels, 0, 0, kernels), rows["load"]
+    for damaged in ("altered", "short", "refused"):  # each file refused, removed, built again and stored again
+        assert rows[damaged][:4] == (0, kernels, kernels, kernels), (damaged, rows[damaged])
+    assert rows["load again"][:4] == (kernels, 0, 0, kernels), rows["load again"]
+    # the same output bit for bit, whichever way the program came
+    assert len({row[4] for row in rows.values()}) == 1, rows
+
+
+def test_the_cache_key_covers_the_binary_the_device_and_the_cpu_runtime_settings(queue, cpu_cache, monkeypatch):
+    base = program_cache.key(queue, b"spirv", "")
+    assert program_cache.key(queue, b"spirv", "") == base
+    assert program_cache.key(queue, b"spirv!", "") != base
+    assert program_cache.key(queue, b"spirv", "-cl-fast-relaxed-math") != base
+    monkeypatch.setenv("CL_CONFIG_CPU_TARGET_ARCH", "corei7-avx")
+    assert program_cache.key(queue, b"spirv", "") != base
+
+
+def test_an_unwritable_folder_warns_once_and_builds(queue, cpu_cache, tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(program_cache, "_warned", set())
+    built = []
+    with pytest.warns(RuntimeWarning, match=r"not keeping built programs in .*a_file/programs: .*XE2RT_CACHE_DIR"):
+        assert program_cache.load_or_build(queue, b"x", "", lambda: built.append(1) or "program", "k") == "program"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second time: no warning
+        assert program_cache.load_or_build(queue, b"x", "", lambda: "again", "k") == "again"
+
+
+def test_a_bad_switch_is_named(queue, monkeypatch):
+    monkeypatch.setenv("XE2RT_PROGRAM_CACHE", "yes")
+    with pytest.raises(xe2rt.ConfigError, match=r"XE2RT_PROGRAM_CACHE='yes': use 0 to build every program"):
+        config.program_cache_enabled()
+
+
+def test_pinned_runtime_has_what_the_cache_needs():
+    """libsycl's context / device getNative and make_kernel_bundle, and dpctl's SyclProgram_Make (xe2rt._compat):
+    present in the pinned versions, so the cache is not silently off there."""
+    assert _compat.native_programs_available() == _compat.PINNED_VERSIONS

@@ -1,0 +1,214 @@
+"""Built programs kept on disk for the OpenCL CPU device, whose runtime compiles every SPIR-V program again in every
+process (about 0.3-30 s a kernel; a bmg kernel built for the CPU device's software DPAS is the slow end).
+
+Intel's GPU drivers keep a cache of their own (Level Zero and OpenCL); Intel's OpenCL CPU runtime does not, but it
+returns the x86 binary of a built program (`clGetProgramInfo(CL_PROGRAM_BINARIES)`) and builds a program from such a
+binary without compiling it (`clCreateProgramWithBinary`; Intel's developer reference for the CPU runtime, "Final
+Kernel Binary Save/Load"). xe2rt.module builds every program through `load_or_build`: on the CPU device it looks for
+the binary first and, after a build from SPIR-V, stores it.
+
+Key: sha256 over this format's number, the SPIR-V's bytes, the build options, the device's name and driver version,
+the platform's version, the host CPU's feature flags (the runtime compiles for the host's instruction set), and every
+CL_CONFIG_* variable set (they change the CPU runtime's code). A file is `<key>.bin` under `programs/` in the cache
+folder (XE2RT_CACHE_DIR, default ~/.cache/xe2rt), its first 32 bytes the sha256 of the rest; it is written under a
+temporary name and renamed into place, so processes that build the same program at once both leave a whole file.
+
+The cache never fails a build: a file that is short, altered or refused by the runtime is removed and the program
+built from SPIR-V; a folder that cannot be written is skipped (a warning, once). XE2RT_PROGRAM_CACHE=0 turns it off.
+Deleting the folder is always safe. Without the libsycl / dpctl internals it needs (xe2rt._compat, checked against
+the pinned versions) every program is built from SPIR-V, as before.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import dpctl
+
+from . import _compat, config
+
+FORMAT = 1
+CL_SUCCESS = 0
+CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
+CL_KERNEL_PROGRAM = 0x1194
+_DIGEST = 32
+
+stats = {"hits": 0, "stores": 0, "rejected": 0}  # this process's counts (tests, `python -m xe2rt info`)
+_warned: set = set()
+_host_flags: str | None = None
+
+
+def enabled(queue: dpctl.SyclQueue) -> bool:
+    """Whether programs for `queue`'s device go through the disk cache."""
+    if not config.program_cache_enabled():
+        return False
+    return (queue.backend == dpctl.backend_type.opencl and queue.sycl_device.is_cpu
+            and _compat.native_programs_available())
+
+
+def _cpu_flags() -> str:
+    global _host_flags
+    if _host_flags is None:
+        flags = ""
+        try:
+            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                        break
+        except OSError:
+            pass
+        _host_flags = flags
+    return _host_flags
+
+
+def describe() -> str:
+    """One line for `python -m xe2rt info`: the folder, what it holds, or why nothing is kept."""
+    try:
+        if not config.program_cache_enabled():
+            return "nothing (XE2RT_PROGRAM_CACHE=0)"
+    except Exception as exc:  # noqa: BLE001 - info reports a bad setting instead of failing on it
+        return str(exc)
+    if not _compat.native_programs_available():
+        return "nothing (this dpctl / libsycl is not the pinned one: every program is built from SPIR-V)"
+    path, problem = config.program_cache_dir()
+    if problem:
+        return f"nothing ({path}: {problem})"
+    files = list(path.glob("*.bin"))
+    return f"{path} ({len(files)} programs, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB)"
+
+
+def key(queue: dpctl.SyclQueue, spirv: bytes, options: str) -> str:
+    device = queue.sycl_device
+    h = hashlib.sha256()
+    parts = [str(FORMAT), hashlib.sha256(spirv).hexdigest(), options, device.name, device.driver_version,
+             device.sycl_platform.version, _cpu_flags()]
+    parts += [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("CL_CONFIG_")]
+    for part in parts:
+        h.update(part.encode("utf-8", "replace") + b"\0")
+    return h.hexdigest()
+
+
+def folder() -> Path | None:
+    """The cache's `programs` folder, or None (with a warning, once per folder) when it cannot be written."""
+    path, problem = config.program_cache_dir()
+    if problem:
+        _warn_once(str(path), f"xe2rt: not keeping built programs in {path}: {problem} (set XE2RT_CACHE_DIR to a "
+                              f"writable folder, or XE2RT_PROGRAM_CACHE=0)")
+        return None
+    return path
+
+
+def load_or_build(queue: dpctl.SyclQueue, spirv: bytes, options: str, build, kernel_name: str):
+    """The program for `spirv` on `queue`'s device: from the cache when it holds it, else `build()` (a
+    dpctl.program.SyclProgram built from the SPIR-V), stored for the next process. `kernel_name` is one kernel of the
+    program (the way to its native handle)."""
+    if not enabled(queue):
+        return build()
+    where = folder()
+    if where is None:
+        return build()
+    path = where / f"{key(queue, spirv, options)}.bin"
+    try:
+        program = _load(path, queue, options)
+    except Exception as exc:  # noqa: BLE001 - the cache only ever saves a build; it never fails one
+        _warn_once(str(path), f"xe2rt: could not load the built program {path} ({type(exc).__name__}: {exc}); "
+                              f"building it from SPIR-V")
+        program = None
+    if program is not None:
+        stats["hits"] += 1
+        return program
+    program = build()
+    try:
+        binary = _binary_of(program, kernel_name)
+        if binary:
+            _store(path, binary)
+    except Exception as exc:  # noqa: BLE001
+        _warn_once(str(where), f"xe2rt: could not keep a built program in {where} ({type(exc).__name__}: {exc})")
+    return program
+
+
+def _warn_once(what: str, message: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def _load(path: Path, queue: dpctl.SyclQueue, options: str):
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    binary = data[_DIGEST:]
+    if len(data) <= _DIGEST or hashlib.sha256(binary).digest() != data[:_DIGEST]:
+        return _reject(path)
+    from ._opencl import opencl
+    cl = opencl()
+    handles = _compat.native_opencl_context_device(queue)
+    if handles is None:
+        return None
+    context, device = handles
+    try:
+        dev = ctypes.c_void_p(device)
+        size = ctypes.c_size_t(len(binary))
+        blob = ctypes.c_char_p(binary)
+        status, err = ctypes.c_int(0), ctypes.c_int(0)
+        program = cl.program_with_binary(context, 1, ctypes.byref(dev), ctypes.byref(size), ctypes.byref(blob),
+                                         ctypes.byref(status), ctypes.byref(err))
+        if err.value != CL_SUCCESS or status.value != CL_SUCCESS or not program:
+            return _reject(path)
+        if cl.build_program(program, 1, ctypes.byref(dev), options.encode(), None, None) != CL_SUCCESS:
+            cl.release_program(program)
+            return _reject(path)
+        return _compat.program_from_native_opencl(program, queue)
+    finally:
+        cl.release_context(context)
+
+
+def _reject(path: Path):
+    stats["rejected"] += 1
+    try:
+        path.unlink()
+    except OSError:
+        pass
+    return None
+
+
+def _binary_of(program, kernel_name: str) -> bytes | None:
+    """The device binary of a built program (None when the runtime gives none)."""
+    from ._opencl import opencl
+    cl = opencl()
+    kernel = _compat.native_opencl_kernel(program.get_sycl_kernel(kernel_name))
+    if not kernel:
+        return None
+    try:
+        native = ctypes.c_void_p()
+        if cl.kernel_info(kernel, CL_KERNEL_PROGRAM, ctypes.sizeof(native), ctypes.byref(native), None) != CL_SUCCESS:
+            return None
+        size = ctypes.c_size_t(0)
+        if cl.program_info(native, CL_PROGRAM_BINARY_SIZES, ctypes.sizeof(size), ctypes.byref(size), None) \
+                != CL_SUCCESS or not size.value:
+            return None  # a program of several devices has several sizes: not one this cache keeps
+        buffer = ctypes.create_string_buffer(size.value)
+        pointers = (ctypes.c_void_p * 1)(ctypes.addressof(buffer))
+        if cl.program_info(native, CL_PROGRAM_BINARIES, ctypes.sizeof(pointers), pointers, None) != CL_SUCCESS:
+            return None
+        return buffer.raw
+    finally:
+        cl.release_kernel(kernel)
+
+
+def _store(path: Path, binary: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".bin")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(hashlib.sha256(binary).digest() + binary)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    stats["stores"] += 1
