@@ -115,3 +115,13 @@ def test_pinned_runtime_has_what_the_cache_needs():
     """libsycl's context / device getNative and make_kernel_bundle, and dpctl's SyclProgram_Make (xe2rt._compat):
     present in the pinned versions, so the cache is not silently off there."""
     assert _compat.native_programs_available() == _compat.PINNED_VERSIONS
+
+
+def test_sub_devices_and_shared_contexts_build_from_spirv(queue, cpu_cache):
+    """A program made from a binary names only the device it was made for, and libsycl aborts the process when a
+    context holds other devices too: the queues of xe2rt.parallel.local_queues (two sub-devices in one context) build
+    from SPIR-V, and their results are checked by tests/test_parallel.py."""
+    from xe2rt import parallel
+    assert program_cache.enabled(queue)
+    for q in parallel.local_queues(2, queue.sycl_device):
+        assert not program_cache.enabled(q)

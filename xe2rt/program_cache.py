@@ -13,7 +13,8 @@ CL_CONFIG_* variable set (they change the CPU runtime's code). A file is `<key>.
 folder (XE2RT_CACHE_DIR, default ~/.cache/xe2rt), its first 32 bytes the sha256 of the rest; it is written under a
 temporary name and renamed into place, so processes that build the same program at once both leave a whole file.
 
-The cache never fails a build: a file that is short, altered or refused by the runtime is removed and the program
+Programs of contexts with one root CPU device only (not sub-devices, not a context of several devices). The cache
+never fails a build: a file that is short, altered or refused by the runtime is removed and the program
 built from SPIR-V; a folder that cannot be written is skipped (a warning, once). XE2RT_PROGRAM_CACHE=0 turns it off.
 Deleting the folder is always safe. Without the libsycl / dpctl internals it needs (xe2rt._compat, checked against
 the pinned versions) every program is built from SPIR-V, as before.
@@ -46,7 +47,11 @@ def enabled(queue: dpctl.SyclQueue) -> bool:
     """Whether programs for `queue`'s device go through the disk cache."""
     if not config.program_cache_enabled():
         return False
+    # one root device in the context: a program made from a binary belongs to the devices it names, and libsycl
+    # aborts the process (an exception through the foreign call) when they are not all of the context's devices
+    # (seen with a context of two sub-devices, xe2rt.parallel.local_queues)
     return (queue.backend == dpctl.backend_type.opencl and queue.sycl_device.is_cpu
+            and queue.sycl_device.parent_device is None and queue.sycl_context.device_count == 1
             and _compat.native_programs_available())
 
 
@@ -95,7 +100,10 @@ def key(queue: dpctl.SyclQueue, spirv: bytes, options: str) -> str:
 
 def folder() -> Path | None:
     """The cache's `programs` folder, or None (with a warning, once per folder) when it cannot be written."""
-    path, problem = config.program_cache_dir()
+    try:
+        path, problem = config.program_cache_dir()
+    except RuntimeError as exc:  # Path.home() without a home
+        path, problem = Path("~/.cache/xe2rt/programs"), str(exc)
     if problem:
         _warn_once(str(path), f"xe2rt: not keeping built programs in {path}: {problem} (set XE2RT_CACHE_DIR to a "
                               f"writable folder, or XE2RT_PROGRAM_CACHE=0)")
