@@ -136,9 +136,14 @@ def cache_dir() -> Path:
     return folder
 
 
+def program_cache_path() -> Path:
+    """XE2RT_CACHE_DIR/programs, the folder of xe2rt.program_cache (not created here)."""
+    return _cache_root()[1] / "programs"
+
+
 def program_cache_dir() -> tuple[Path, str | None]:
-    """(XE2RT_CACHE_DIR/programs, why files cannot be written there or None): the folder of xe2rt.program_cache."""
-    folder = _cache_root()[1] / "programs"
+    """(XE2RT_CACHE_DIR/programs, created if missing; why files cannot be written there, or None)."""
+    folder = program_cache_path()
     return folder, folder_problem(folder)
 
 

@@ -38,7 +38,7 @@ CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
 CL_KERNEL_PROGRAM = 0x1194
 _DIGEST = 32
 
-stats = {"hits": 0, "stores": 0, "rejected": 0}  # this process's counts (tests, `python -m xe2rt info`)
+stats = {"hits": 0, "stores": 0, "rejected": 0}  # this process's counts (tests/test_program_cache.py)
 _warned: set = set()
 _host_flags: str | None = None
 
@@ -72,18 +72,16 @@ def _cpu_flags() -> str:
 
 
 def describe() -> str:
-    """One line for `python -m xe2rt info`: the folder, what it holds, or why nothing is kept."""
+    """One line for `python -m xe2rt info`: the folder and what it holds, or why nothing is kept (creates nothing)."""
     try:
         if not config.program_cache_enabled():
             return "nothing (XE2RT_PROGRAM_CACHE=0)"
-    except Exception as exc:  # noqa: BLE001 - info reports a bad setting instead of failing on it
-        return str(exc)
+        path = config.program_cache_path()
+    except Exception as exc:  # noqa: BLE001 - info reports a bad setting or a missing home instead of failing on it
+        return f"nothing ({exc})"
     if not _compat.native_programs_available():
         return "nothing (this dpctl / libsycl is not the pinned one: every program is built from SPIR-V)"
-    path, problem = config.program_cache_dir()
-    if problem:
-        return f"nothing ({path}: {problem})"
-    files = list(path.glob("*.bin"))
+    files = list(path.glob("*.bin")) if path.is_dir() else []
     return f"{path} ({len(files)} programs, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB)"
 
 
