@@ -209,47 +209,46 @@ def vm_queue(queue: dpctl.SyclQueue) -> dpctl.SyclQueue:
     return sibling
 
 
-# ---- native OpenCL handles behind SYCL objects (xe2rt.graph) ----
+# ---- native OpenCL handles behind SYCL objects (xe2rt.graph, xe2rt.program_cache) ----
+
+def _libsycl(symbol: str, restype, *argtypes):
+    """A libsycl function, bound by its mangled name through dpctl's C API library (libsycl is its dependency)."""
+    from . import _capi
+    function = _capi._lib[symbol]  # AttributeError when missing
+    function.restype, function.argtypes = restype, list(argtypes)
+    return function
+
 
 def _sycl_native_getters():
-    """(queue getter, kernel getter) bound through dpctl's C API library, whose dependency libsycl exports them; None
-    when this is not the pinned dpctl's runtime or a symbol is missing."""
+    """(queue getter, kernel getter); None when this is not the pinned dpctl's runtime or a symbol is missing."""
     if not PINNED_VERSIONS:
         return None
     import ctypes
-    from . import _capi
+    vp = ctypes.c_void_p
     try:
-        queue_get = _capi._lib["_ZNK4sycl3_V15queue9getNativeERi"]
-        kernel_get = _capi._lib["_ZNK4sycl3_V16kernel9getNativeEv"]
+        return (_libsycl("_ZNK4sycl3_V15queue9getNativeERi", vp, vp, ctypes.POINTER(ctypes.c_int)),
+                _libsycl("_ZNK4sycl3_V16kernel9getNativeEv", vp, vp))
     except AttributeError:
         return None
-    queue_get.restype, queue_get.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-    kernel_get.restype, kernel_get.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
-    return queue_get, kernel_get
 
 
 def _sycl_program_makers():
-    """(context getter, device getter, make_kernel_bundle, SyclProgram_Make) for program_from_native_opencl, or None
-    when this is not the pinned dpctl's runtime or a symbol is missing."""
+    """(context getter, device getter, make_kernel_bundle, SyclProgram_Make, malloc) for program_from_native_opencl;
+    None when this is not the pinned dpctl's runtime or a symbol is missing."""
     if not PINNED_VERSIONS:
         return None
     import ctypes
     import dpctl.program
-    from . import _capi
+    vp = ctypes.c_void_p
     try:
-        context_get = _capi._lib["_ZNK4sycl3_V17context9getNativeEv"]
-        device_get = _capi._lib["_ZNK4sycl3_V16device9getNativeEv"]
-        make_bundle = _capi._lib["_ZN4sycl3_V16detail18make_kernel_bundleEmRKNS0_7contextEbNS0_12bundle_stateENS0_7"
-                                 "backendE"]
+        context_get = _libsycl("_ZNK4sycl3_V17context9getNativeEv", vp, vp)
+        device_get = _libsycl("_ZNK4sycl3_V16device9getNativeEv", vp, vp)
+        # returns std::shared_ptr<kernel_bundle_impl> through the hidden first argument (Itanium C++ ABI)
+        make_bundle = _libsycl("_ZN4sycl3_V16detail18make_kernel_bundleEmRKNS0_7contextEbNS0_12bundle_stateENS0_7"
+                               "backendE", vp, vp, ctypes.c_uint64, vp, ctypes.c_bool, ctypes.c_int, ctypes.c_int)
         capsule = dpctl.program._program.__pyx_capi__["SyclProgram_Make"]
     except (AttributeError, KeyError):
         return None
-    for getter in (context_get, device_get):
-        getter.restype, getter.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
-    # returns std::shared_ptr<kernel_bundle_impl> through the hidden first argument (Itanium C++ ABI)
-    make_bundle.restype = ctypes.c_void_p
-    make_bundle.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_bool, ctypes.c_int,
-                            ctypes.c_int]
     name = ctypes.pythonapi.PyCapsule_GetName
     name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
     pointer = ctypes.pythonapi.PyCapsule_GetPointer
