@@ -14,7 +14,7 @@ from xe2rt import _compat, config, program_cache
 # One clean process: the op's programs built from SPIR-V (the cache off), then through the cache, then again after
 # the files were damaged in three ways. Prints one line per step: stats, files, output digest.
 SCRIPT = r'''
-import hashlib, os, sys
+import gc, hashlib, os, sys
 import numpy as np, dpctl, dpnp
 from pathlib import Path
 import xe2rt
@@ -28,6 +28,7 @@ folder = Path(os.environ["XE2RT_CACHE_DIR"]) / "programs"
 
 def step(name):
     module.clear(programs=True)
+    gc.collect()  # the previous step's programs freed (a loaded one: the bundle xe2rt._compat allocated)
     before = dict(program_cache.stats)
     out = dpnp.asnumpy(xe2rt.rms_norm(x, w, eps=1e-6, target="cpu"))
     delta = {k: program_cache.stats[k] - before[k] for k in before}
