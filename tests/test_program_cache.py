@@ -1,6 +1,7 @@
 """Built programs kept on disk for the CPU device (xe2rt.program_cache): stored after a build, loaded by the next
 process without compiling, the same results bit for bit as a build from SPIR-V; damaged files and unwritable
 folders fall back to building, and XE2RT_PROGRAM_CACHE=0 turns it off."""
+import ast
 import os
 import subprocess
 import sys
@@ -126,3 +127,33 @@ def test_sub_devices_and_shared_contexts_build_from_spirv(queue, cpu_cache):
     assert program_cache.enabled(queue)
     for q in parallel.local_queues(2, queue.sycl_device):
         assert not program_cache.enabled(q)
+
+
+CONCURRENT = r'''
+import numpy as np, dpctl, dpnp, xe2rt
+from xe2rt import program_cache
+q = dpctl.SyclQueue("opencl:cpu")
+x = dpnp.asarray(np.linspace(-2, 2, 3 * 2048, dtype=np.float16).reshape(3, 2048), sycl_queue=q)
+w = dpnp.asarray(np.linspace(0.5, 1.5, 2048, dtype=np.float16), sycl_queue=q)
+out = dpnp.asnumpy(xe2rt.rms_norm(x, w, eps=1e-5, target="cpu"))
+print(program_cache.stats["hits"] + program_cache.stats["stores"], out.astype(np.float32).sum())
+'''
+
+
+def test_processes_building_the_same_program_at_once_leave_one_whole_file(cpu_cache, tmp_path):
+    """Two processes with an empty cache build and store the same program at the same time: each writes its own
+    temporary file and renames it into place, so the file left is whole and a third process loads it."""
+    env = dict(os.environ, XE2RT_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("XE2RT_PROGRAM_CACHE", None)
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    files = list((tmp_path / "cache" / "programs").glob("*"))
+    assert files and all(f.suffix == ".bin" for f in files), files  # no temporary file left behind
+    third = subprocess.run([sys.executable, "-c", CONCURRENT + "print(program_cache.stats)"], capture_output=True,
+                           text=True, env=env, timeout=300)
+    assert third.returncode == 0, third.stderr[-2000:]
+    stats = ast.literal_eval(third.stdout.splitlines()[-1])
+    assert stats["hits"] >= 1 and stats["stores"] == stats["rejected"] == 0, stats
+    assert len({out.split()[1] for out, _ in outs} | {third.stdout.split()[1]}) == 1, (outs, third.stdout)
