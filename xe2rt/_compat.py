@@ -234,8 +234,9 @@ def _sycl_native_getters():
 
 def _sycl_program_makers():
     """(context getter, device getter, make_kernel_bundle, SyclProgram_Make, malloc) for program_from_native_opencl;
-    None when this is not the pinned dpctl's runtime or a symbol is missing."""
-    if not PINNED_VERSIONS:
+    None when this is not the pinned dpctl's runtime or a symbol is missing, and off Linux (the bundle is allocated
+    with the C library's malloc for libstdc++'s operator delete to free)."""
+    if not PINNED_VERSIONS or not sys.platform.startswith("linux"):
         return None
     import ctypes
     import dpctl.program
@@ -247,7 +248,7 @@ def _sycl_program_makers():
         make_bundle = _libsycl("_ZN4sycl3_V16detail18make_kernel_bundleEmRKNS0_7contextEbNS0_12bundle_stateENS0_7"
                                "backendE", vp, vp, ctypes.c_uint64, vp, ctypes.c_bool, ctypes.c_int, ctypes.c_int)
         capsule = dpctl.program._program.__pyx_capi__["SyclProgram_Make"]
-    except (AttributeError, KeyError):
+    except (AttributeError, KeyError, OSError):
         return None
     name = ctypes.pythonapi.PyCapsule_GetName
     name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
