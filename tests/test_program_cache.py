@@ -115,8 +115,8 @@ def test_a_bad_switch_is_named(queue, monkeypatch):
 
 def test_pinned_runtime_has_what_the_cache_needs():
     """libsycl's context / device getNative and make_kernel_bundle, and dpctl's SyclProgram_Make (xe2rt._compat):
-    present in the pinned versions, so the cache is not silently off there."""
-    assert _compat.native_programs_available() == _compat.PINNED_VERSIONS
+    present in the pinned versions (on Linux), so the cache is not silently off there."""
+    assert _compat.native_programs_available() == (_compat.PINNED_VERSIONS and sys.platform.startswith("linux"))
 
 
 def test_sub_devices_and_shared_contexts_build_from_spirv(queue, cpu_cache):
