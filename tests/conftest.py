@@ -112,12 +112,20 @@ _FILE_GROUPS = ("test_gemm_fp16.py", "test_gemm_fp16_ult.py", "test_gemm_w4a16.p
 _FILE_OF_CHECK = {"gemm_fp16": "test_gemm_fp16.py", "softmax_topk": "test_routing.py", "moe_ffn_w4a16": "test_moe.py"}
 
 
+# Tests that run a whole decoder layer through the bmg kernels (decode_attention's among them, 12-20 s each to
+# compile): one worker, so the second loads what the first compiled (xe2rt.program_cache) instead of both compiling
+# at once (seen: 35 s of one cold run).
+_XE2_LAYER_TESTS = ("test_llm_through_the_xe2_code_path", "test_native_graph_replays_the_plans_bit_for_bit")
+
+
 def build_group(item) -> str | None:
     """The xdist group of a test: xe2_group, else its file's group for the files above (and test_checks.py's cases
     of the same families), else None (scheduled freely)."""
     group = xe2_group(item)
     if group:
         return group
+    if item.originalname in _XE2_LAYER_TESTS and _params(item).get("target", "bmg") in ("bmg", "lnl"):
+        return "xe2-decoder-layer"
     name = item.path.name
     if name == "test_checks.py":
         name = _FILE_OF_CHECK.get(_check_family(_params(item)))
