@@ -2,6 +2,7 @@
 process without compiling, the same results bit for bit as a build from SPIR-V; damaged files and unwritable
 folders fall back to building, and XE2RT_PROGRAM_CACHE=0 turns it off."""
 import ast
+import ctypes
 import os
 import subprocess
 import sys
@@ -119,14 +120,33 @@ def test_pinned_runtime_has_what_the_cache_needs():
     assert _compat.native_programs_available() == (_compat.PINNED_VERSIONS and sys.platform.startswith("linux"))
 
 
-def test_sub_devices_and_shared_contexts_build_from_spirv(queue, cpu_cache):
-    """A program made from a binary names only the device it was made for, and libsycl aborts the process when a
-    context holds other devices too: the queues of xe2rt.parallel.local_queues (two sub-devices in one context) build
-    from SPIR-V, and their results are checked by tests/test_parallel.py."""
+def test_sub_device_queues_load_programs_made_for_every_device_of_their_context(queue, cpu_cache, tmp_path,
+                                                                                 monkeypatch):
+    """The queues of xe2rt.parallel.local_queues share one context of two sub-devices. A program made from a binary
+    for one of them only made libsycl abort the process; it is made for every device of the context. Stored from a
+    sub-device queue and loaded again in this process, the program gives the same output bit for bit."""
+    import dpnp
+    import numpy as np
     from xe2rt import parallel
-    assert program_cache.enabled(queue)
-    for q in parallel.local_queues(2, queue.sycl_device):
-        assert not program_cache.enabled(q)
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    qs = parallel.local_queues(2, queue.sycl_device)
+    assert all(program_cache.enabled(q) for q in qs)
+    spirv = (config.kernel_dir() / "cpu" / "stream_read.spv").read_bytes()
+    import dpctl.program
+    built = program_cache.load_or_build(qs[1], spirv, "", lambda: dpctl.program.create_program_from_spirv(
+        qs[1], spirv, ""), "stream_read")
+    loaded = program_cache.load_or_build(qs[1], spirv, "", lambda: pytest.fail("built again, not loaded"),
+                                         "stream_read")
+    assert loaded is not built and loaded.has_sycl_kernel("stream_read")
+    x = dpnp.asarray(np.linspace(-1, 1, 4096, dtype=np.float32), sycl_queue=qs[1])
+    outs = []
+    for program in (built, loaded):
+        out = dpnp.zeros(64, dtype=np.float32, sycl_queue=qs[1])
+        args = [x.get_array().usm_data, out.get_array().usm_data, ctypes.c_int64(4096)]
+        qs[1].submit(program.get_sycl_kernel("stream_read"), args, [64], [16]).wait()
+        outs.append(dpnp.asnumpy(out))
+    assert np.array_equal(outs[0], outs[1]) and outs[0].sum() != 0, outs
+    assert len(list((tmp_path / "cache" / "programs").glob("*.bin"))) == 1
 
 
 CONCURRENT = r'''

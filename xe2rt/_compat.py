@@ -294,14 +294,24 @@ def native_programs_available() -> bool:
     return _program_makers is not None and _native_getters is not None
 
 
-def native_opencl_context_device(queue: dpctl.SyclQueue) -> tuple[int, int] | None:
-    """(cl_context, cl_device_id) behind an OpenCL-backend queue; the context is a reference the caller releases (a
-    root device needs no release). None when not available."""
+def native_opencl_context_devices(queue: dpctl.SyclQueue) -> tuple[int, list[int]] | None:
+    """(cl_context, its cl_device_ids) behind an OpenCL-backend queue's context; the context is a reference the caller
+    releases. The devices are not released: a root device has no count, and a sub-device lives as long as the SYCL
+    device behind it (xe2rt.parallel keeps them). None when not available."""
     if _program_makers is None or queue.backend != dpctl.backend_type.opencl:
         return None
+    devices = [_program_makers[1](d.addressof_ref()) for d in queue.sycl_context.get_devices()]
+    if not devices or not all(devices):
+        return None
     context = _program_makers[0](queue.sycl_context.addressof_ref())
-    device = _program_makers[1](queue.sycl_device.addressof_ref())
-    return (context, device) if context and device else None
+    return (context, devices) if context else None
+
+
+def native_opencl_device(queue: dpctl.SyclQueue) -> int | None:
+    """The cl_device_id behind an OpenCL-backend queue's device, or None."""
+    if _program_makers is None or queue.backend != dpctl.backend_type.opencl:
+        return None
+    return _program_makers[1](queue.sycl_device.addressof_ref()) or None
 
 
 def program_from_native_opencl(program: int, queue: dpctl.SyclQueue):

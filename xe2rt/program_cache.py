@@ -13,11 +13,11 @@ CL_CONFIG_* variable set (they change the CPU runtime's code). A file is `<key>.
 folder (XE2RT_CACHE_DIR, default ~/.cache/xe2rt), its first 32 bytes the sha256 of the rest; it is written under a
 temporary name and renamed into place, so processes that build the same program at once both leave a whole file.
 
-Programs of contexts with one root CPU device only (not sub-devices, not a context of several devices). The cache
-never fails a build: a file that is short, altered or refused by the runtime is removed and the program
-built from SPIR-V; a folder that cannot be written is skipped (a warning, once). XE2RT_PROGRAM_CACHE=0 turns it off.
-Deleting the folder is always safe. Without the libsycl / dpctl internals it needs (xe2rt._compat, checked against
-the pinned versions) every program is built from SPIR-V, as before.
+A program is made from the binary for every device of the queue's context (all CPU devices: the root device, or
+sub-devices of it, which run the same code). The cache never fails a build: a file that is short, altered or refused
+by the runtime is removed and the program built from SPIR-V; a folder that cannot be written is skipped (a warning,
+once). XE2RT_PROGRAM_CACHE=0 turns it off. Deleting the folder is always safe. Without the libsycl / dpctl internals
+it needs (xe2rt._compat, checked against the pinned versions) every program is built from SPIR-V, as before.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from . import _compat, config
 
 FORMAT = 1
 CL_SUCCESS = 0
+CL_PROGRAM_NUM_DEVICES, CL_PROGRAM_DEVICES = 0x1162, 0x1163
 CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
 CL_KERNEL_PROGRAM = 0x1194
 _DIGEST = 32
@@ -47,12 +48,11 @@ def enabled(queue: dpctl.SyclQueue) -> bool:
     """Whether programs for `queue`'s device go through the disk cache."""
     if not config.program_cache_enabled():
         return False
-    # one root device in the context: a program made from a binary belongs to the devices it names, and libsycl
-    # aborts the process (an exception through the foreign call) when they are not all of the context's devices
-    # (seen with a context of two sub-devices, xe2rt.parallel.local_queues)
-    return (queue.backend == dpctl.backend_type.opencl and queue.sycl_device.is_cpu
-            and queue.sycl_device.parent_device is None and queue.sycl_context.device_count == 1
-            and _compat.native_programs_available())
+    # every device of the context a CPU device: a program made from a binary is made for all of them (libsycl aborts
+    # the process, an exception through the foreign call, when a program's devices are not the context's: seen with
+    # a program made for one of the two sub-devices of xe2rt.parallel.local_queues' context)
+    return (queue.backend == dpctl.backend_type.opencl and _compat.native_programs_available()
+            and all(d.is_cpu for d in queue.sycl_context.get_devices()))
 
 
 def _cpu_flags() -> str:
@@ -130,7 +130,7 @@ def load_or_build(queue: dpctl.SyclQueue, spirv: bytes, options: str, build, ker
         return program
     program = build()
     try:
-        binary = _binary_of(program, kernel_name)
+        binary = _binary_of(program, kernel_name, queue)
         if binary:
             _store(path, binary)
     except Exception as exc:  # noqa: BLE001
@@ -154,20 +154,20 @@ def _load(path: Path, queue: dpctl.SyclQueue, options: str):
         return _reject(path)
     from ._opencl import opencl
     cl = opencl()
-    handles = _compat.native_opencl_context_device(queue)
+    handles = _compat.native_opencl_context_devices(queue)
     if handles is None:
         return None
-    context, device = handles
+    context, devices = handles
     try:
-        dev = ctypes.c_void_p(device)
-        size = ctypes.c_size_t(len(binary))
-        blob = ctypes.c_char_p(binary)
-        status, err = ctypes.c_int(0), ctypes.c_int(0)
-        program = cl.program_with_binary(context, 1, ctypes.byref(dev), ctypes.byref(size), ctypes.byref(blob),
-                                         ctypes.byref(status), ctypes.byref(err))
-        if err.value != CL_SUCCESS or status.value != CL_SUCCESS or not program:
+        n = len(devices)
+        devs = (ctypes.c_void_p * n)(*devices)
+        sizes = (ctypes.c_size_t * n)(*[len(binary)] * n)
+        blobs = (ctypes.c_char_p * n)(*[binary] * n)  # the CPU devices of one context (sub-devices) share the code
+        status, err = (ctypes.c_int * n)(), ctypes.c_int(0)
+        program = cl.program_with_binary(context, n, devs, sizes, blobs, status, ctypes.byref(err))
+        if err.value != CL_SUCCESS or any(s != CL_SUCCESS for s in status) or not program:
             return _reject(path)
-        if cl.build_program(program, 1, ctypes.byref(dev), options.encode(), None, None) != CL_SUCCESS:
+        if cl.build_program(program, n, devs, options.encode(), None, None) != CL_SUCCESS:
             cl.release_program(program)
             return _reject(path)
         return _compat.program_from_native_opencl(program, queue)
@@ -184,8 +184,8 @@ def _reject(path: Path):
     return None
 
 
-def _binary_of(program, kernel_name: str) -> bytes | None:
-    """The device binary of a built program (None when the runtime gives none)."""
+def _binary_of(program, kernel_name: str, queue: dpctl.SyclQueue) -> bytes | None:
+    """The binary of a built program for the queue's device (None when the runtime gives none)."""
     from ._opencl import opencl
     cl = opencl()
     kernel = _compat.native_opencl_kernel(program.get_sycl_kernel(kernel_name))
@@ -195,15 +195,26 @@ def _binary_of(program, kernel_name: str) -> bytes | None:
         native = ctypes.c_void_p()
         if cl.kernel_info(kernel, CL_KERNEL_PROGRAM, ctypes.sizeof(native), ctypes.byref(native), None) != CL_SUCCESS:
             return None
-        size = ctypes.c_size_t(0)
-        if cl.program_info(native, CL_PROGRAM_BINARY_SIZES, ctypes.sizeof(size), ctypes.byref(size), None) \
-                != CL_SUCCESS or not size.value:
-            return None  # a program of several devices has several sizes: not one this cache keeps
-        buffer = ctypes.create_string_buffer(size.value)
-        pointers = (ctypes.c_void_p * 1)(ctypes.addressof(buffer))
+        count = ctypes.c_uint(0)
+        if cl.program_info(native, CL_PROGRAM_NUM_DEVICES, ctypes.sizeof(count), ctypes.byref(count), None) \
+                != CL_SUCCESS or not count.value:
+            return None
+        n = count.value
+        devices, sizes = (ctypes.c_void_p * n)(), (ctypes.c_size_t * n)()
+        if cl.program_info(native, CL_PROGRAM_DEVICES, ctypes.sizeof(devices), devices, None) != CL_SUCCESS or \
+                cl.program_info(native, CL_PROGRAM_BINARY_SIZES, ctypes.sizeof(sizes), sizes, None) != CL_SUCCESS:
+            return None
+        mine = _compat.native_opencl_device(queue)
+        index = next((i for i in range(n) if devices[i] == mine), None)
+        if index is None or not sizes[index]:
+            return None  # not built for the queue's device
+        # a buffer for every device: the CPU runtime refuses a NULL entry (CL_INVALID_VALUE), which the
+        # specification allows
+        buffers = [ctypes.create_string_buffer(max(sizes[i], 1)) for i in range(n)]
+        pointers = (ctypes.c_void_p * n)(*[ctypes.addressof(b) for b in buffers])
         if cl.program_info(native, CL_PROGRAM_BINARIES, ctypes.sizeof(pointers), pointers, None) != CL_SUCCESS:
             return None
-        return buffer.raw
+        return buffers[index].raw[:sizes[index]]
     finally:
         cl.release_kernel(kernel)
 
