@@ -34,7 +34,6 @@ class OpenCL:
         # program binaries (xe2rt.program_cache)
         self.kernel_info = f("clGetKernelInfo", ctypes.c_int, _VP, ctypes.c_uint, size, _VP, _VP)
         self.program_info = f("clGetProgramInfo", ctypes.c_int, _VP, ctypes.c_uint, size, _VP, _VP)
-        self.program_build_info = f("clGetProgramBuildInfo", ctypes.c_int, _VP, _VP, ctypes.c_uint, size, _VP, _VP)
         self.program_with_binary = f("clCreateProgramWithBinary", _VP, _VP, ctypes.c_uint, ctypes.POINTER(_VP),
                                      ctypes.POINTER(size), ctypes.POINTER(ctypes.c_char_p), pint, pint)
         self.build_program = f("clBuildProgram", ctypes.c_int, _VP, ctypes.c_uint, ctypes.POINTER(_VP),

@@ -53,12 +53,17 @@ def kernel_dir() -> Path:
     return path
 
 
-def native_graph_enabled() -> bool:
-    value = os.environ.get("XE2RT_NATIVE_GRAPH", "").strip()
+def _switch(variable: str, off: str, on: str) -> bool:
+    """A variable that 0 turns off and 1 or unset leaves on; anything else is a ConfigError saying what each does."""
+    value = os.environ.get(variable, "").strip()
     if value not in ("", "0", "1"):
-        raise ConfigError(f"XE2RT_NATIVE_GRAPH={value!r}: use 0 to replay graphs launch by launch, 1 or unset to "
-                          f"record OpenCL command buffers where the queue allows")
+        raise ConfigError(f"{variable}={value!r}: use 0 to {off}, 1 or unset to {on}")
     return value != "0"
+
+
+def native_graph_enabled() -> bool:
+    return _switch("XE2RT_NATIVE_GRAPH", "replay graphs launch by launch",
+                   "record OpenCL command buffers where the queue allows")
 
 
 def icd_setup_enabled() -> bool:
@@ -105,40 +110,40 @@ def file_problem(path: Path) -> str | None:
     return None
 
 
-def _usable_folder(variable: str, default: Path) -> Path:
-    """The folder a cache variable names (default when unset), created if needed; a ConfigError naming the variable
-    when it cannot be created or written."""
+def _configured_folder(variable: str, default: Path) -> tuple[str, Path]:
+    """(the variable's value, the folder it names, or default when unset)."""
     value = os.environ.get(variable, "").strip()
-    folder = Path(value).expanduser() if value else default
+    return value, (Path(value).expanduser() if value else default)
+
+
+def _usable_folder(variable: str, default: Path, sub: str | None = None) -> Path:
+    """The folder a cache variable names (default when unset), or its sub-folder `sub`, created if needed; a
+    ConfigError naming the variable when it cannot be created or written."""
+    value, base = _configured_folder(variable, default)
+    folder = base / sub if sub else base
     problem = folder_problem(folder)
     if problem:
-        raise ConfigError(f"{variable}={value or folder!s}: {problem}; set {variable} to a writable folder")
+        where = f"{folder}: " if sub else ""
+        raise ConfigError(f"{variable}={value or base!s}: {where}{problem}; set {variable} to a writable folder")
     return folder
 
 
+def _cache_root() -> Path:
+    return Path.home() / ".cache" / "xe2rt"  # read at each call: HOME may change, or be missing, after import
+
+
 def model_cache_dir() -> Path:
-    return _usable_folder("XE2RT_MODEL_CACHE", Path.home() / ".cache" / "xe2rt" / "models")
-
-
-def _cache_root() -> tuple[str, Path]:
-    value = os.environ.get("XE2RT_CACHE_DIR", "").strip()
-    return value, (Path(value).expanduser() if value else Path.home() / ".cache" / "xe2rt")
+    return _usable_folder("XE2RT_MODEL_CACHE", _cache_root() / "models")
 
 
 def cache_dir() -> Path:
     """XE2RT_CACHE_DIR/from_source, the folder of Module.from_source builds."""
-    value, root = _cache_root()
-    folder = root / "from_source"
-    problem = folder_problem(folder)
-    if problem:
-        raise ConfigError(f"XE2RT_CACHE_DIR={value or root!s}: {folder}: {problem}; set XE2RT_CACHE_DIR to a "
-                          f"writable folder")
-    return folder
+    return _usable_folder("XE2RT_CACHE_DIR", _cache_root(), "from_source")
 
 
 def program_cache_path() -> Path:
     """XE2RT_CACHE_DIR/programs, the folder of xe2rt.program_cache (not created here)."""
-    return _cache_root()[1] / "programs"
+    return _configured_folder("XE2RT_CACHE_DIR", _cache_root())[1] / "programs"
 
 
 def program_cache_dir() -> tuple[Path, str | None]:
@@ -148,11 +153,8 @@ def program_cache_dir() -> tuple[Path, str | None]:
 
 
 def program_cache_enabled() -> bool:
-    value = os.environ.get("XE2RT_PROGRAM_CACHE", "").strip()
-    if value not in ("", "0", "1"):
-        raise ConfigError(f"XE2RT_PROGRAM_CACHE={value!r}: use 0 to build every program from SPIR-V in every "
-                          f"process, 1 or unset to keep the CPU device's built programs on disk")
-    return value != "0"
+    return _switch("XE2RT_PROGRAM_CACHE", "build every program from SPIR-V in every process",
+                   "keep the CPU device's built programs on disk")
 
 
 def bench_decode_layers(default: int) -> int:
