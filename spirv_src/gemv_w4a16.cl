@@ -482,7 +482,11 @@ INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
         const int16 xeh = vload16(0, xs), xoh = vload16(1, xs), xel = vload16(2, xs), xol = vload16(3, xs);
 #endif
         const int16 xsum = vload16(4, xs);
+#if X_Q8
+        const float16 sx = as_float16(vload16(2, xs)); /* per lane: the d of its 32 k */
+#else
         const float sx = as_float(xs[80]);
+#endif
         const int16 start = ZP ? (int16)0 : xsum * -SYM_ZERO; /* sum (q - 8) xi = sum q xi - 8 sum xi */
         const float16 neg_xsum = -convert_float16(xsum);
         __attribute__((opencl_unroll_hint(RPT)))
@@ -497,6 +501,20 @@ INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
              * speed within the rounds' spread, docs/llm.md) */
             __local const short* xr = xw + (r & k_opaque);
             int8 d[2];
+#if X_Q8
+            /* X_Q8: the row's 64 bytes as two 32-byte halves; the low nibbles (even k) and high nibbles (odd k) as
+             * unsigned bytes, vpmaddubsw with x's even / odd bytes sums k pairs into 16 bits (|sum| <= 3810), the two
+             * added (|sum| <= 7620) and vpmaddwd by 1 widens lane pairs: int lane m of half j covers k0 + 64 j + 8 m
+             * .. + 7, as on the path below */
+            __local const char* xb = (__local const char*)xr;
+            for (int j = 0; j < 2; ++j) {
+                __global const uchar* wp = prow[r] + k0 / 2 + 32 * j;
+                const uchar32 w = CAT32(vload16(0, wp), vload16(1, wp));
+                const short16 s2 = avx2_pmaddubsw(w & (uchar)15, *(__local const char32*)(xb + 64 * j))
+                                 + avx2_pmaddubsw(w >> (uchar)4, *(__local const char32*)(xb + 64 * j + 32));
+                d[j] = avx2_pmaddwd(s2, (short16)1);
+            }
+#else
             for (int j = 0; j < 2; ++j) {
                 const ushort16 w = vload16(j, (__global const ushort*)(prow[r] + k0 / 2));
                 d[j] = (avx2_pmaddwd(as_short16(w & (ushort)15), vload16(4 * j, xr))
@@ -504,6 +522,7 @@ INLINE void w4_cpu(W4_PARAMS, FUSED_PARAMS, const int G, const int ZP, const int
                      + (avx2_pmaddwd(as_short16((w >> (ushort)8) & (ushort)15), vload16(4 * j + 2, xr))
                         + avx2_pmaddwd(as_short16(w >> (ushort)12), vload16(4 * j + 3, xr)));
             }
+#endif
             float16 u = convert_float16((int16)(d[0], d[1]) + start); /* exact: |dot| < 2^22 */
 #else
             const uint16 w = vload16(0, (__global const uint*)(prow[r] + k0 / 2));

@@ -93,6 +93,23 @@ int8 avx2_pmaddwd(short16 a, short16 b) __asm__("llvm.x86.avx2.pmadd.wd");
 #ifndef CPU_AVX2
 #define CPU_AVX2 0
 #endif
+#ifndef X_Q8
+#define X_Q8 0
+#endif
+#if X_Q8
+#if !CPU_AVX2
+#error "X_Q8 (x as 8-bit integers for vpmaddubsw) is written for the AVX2 path"
+#endif
+/* AVX2 vpmaddubsw (ymm): per 16-bit lane i, a[2i] b[2i] + a[2i + 1] b[2i + 1] of unsigned bytes a and signed bytes b,
+ * saturated to 16 bits (never here: 4-bit codes times |xi| <= 127 sum to at most 3810). Its operands are 32-byte
+ * vectors, which SPIR-V has only with SPV_INTEL_vector_compute's VectorAnyINTEL (the variant's spirv_extensions, read
+ * by Intel's CPU runtime); clang spells them as ext_vector_type(32). Only binaries for hosts with AVX2 call it. */
+typedef char char32 __attribute__((ext_vector_type(32)));
+typedef uchar uchar32 __attribute__((ext_vector_type(32)));
+short16 avx2_pmaddubsw(uchar32 a, char32 b) __asm__("llvm.x86.avx2.pmadd.ub.sw");
+#define CAT32(a, b) __builtin_shufflevector((a), (b), 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, \
+    18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31)
+#endif
 
 /* The VNNI kernels' fixed point for x (gemv_w4a16_vnni here, gemm_w4a16_vnni's launch 1): sx = 2^s, s = e - 13 with e
  * the exponent of the chunk's largest |x| (the largest lane of absmax), at least -24 (fp16's smallest), so every
@@ -130,6 +147,37 @@ INLINE int16 fixed_point(float16 x, int s)
  * CPU_AVX2 (for avx2_pmaddwd): xi itself as 16-bit lanes in place of the four byte vectors (order at the store). */
 INLINE void int8_parts_of(const float16* X, __local int* q) /* X[t] lane i = x[k0 + 8 i + t] (x_phases) */
 {
+#if X_Q8
+    /* X_Q8 (variant gemv_w4a16_avx2_q8): x as signed bytes with one float scale per 32 k, as llama.cpp's Q8_0:
+     * d = max |x| / 127 over the 32, xi = rte(x / d) in [-127, 127] (0 where the 32 are all 0). Bytes in the codes'
+     * order for vpmaddubsw: half j (64 k) as 32 bytes of even k (k0 + 64 j + 2 p) then 32 of odd k (+ 1), i.e. byte
+     * (i / 8) 64 + (t % 2) 32 + 4 (i % 8) + t / 2 holds lane i of phase t; then the lane sums of xi (ints 64-79), and
+     * per lane (8 k, inside one 32) its d as float (ints 32-47), NaN for every lane when some x was not finite. */
+    float16 a = fmax(fmax(fabs(X[0]), fabs(X[1])), fmax(fabs(X[2]), fabs(X[3])));
+    a = fmax(a, fmax(fmax(fabs(X[4]), fabs(X[5])), fmax(fabs(X[6]), fabs(X[7]))));
+    a = fmax(a, shuffle(a, (uint16)(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14)));
+    a = fmax(a, shuffle(a, (uint16)(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13)));
+    const float16 z = ((X[0] + X[1]) + (X[2] + X[3]) + (X[4] + X[5]) + (X[6] + X[7])) * 0.0f;
+    const float16 inv = select((float16)0.0f, 127.0f / a, a > 0.0f);
+    __local char* qb = (__local char*)q;
+    int16 sum = 0;
+    char16 c[8];
+    for (int t = 0; t < 8; ++t) {
+        /* rte(x 127 / amax) by the 1.5 2^23 addition (|x 127 / amax| <= 127 + rounding: no clamp needed) */
+        const int16 xi = as_int16(fma(X[t], inv, (float16)12582912.0f)) - 0x4B400000;
+        sum += xi;
+        c[t] = convert_char16(xi);
+    }
+    for (int odd = 0; odd < 2; ++odd) {
+        /* phases odd, 2 + odd, 4 + odd, 6 + odd interleaved byte by byte: byte 4 i + s of half j is phase 2 s + odd,
+         * lane 8 j + i */
+        const char32 p01 = CAT32(c[odd], c[2 + odd]), p23 = CAT32(c[4 + odd], c[6 + odd]);
+        *(__local char32*)(qb + 32 * odd) = __builtin_shufflevector(p01, p23, 0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55);
+        *(__local char32*)(qb + 64 + 32 * odd) = __builtin_shufflevector(p01, p23, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63);
+    }
+    vstore16(sum, 4, q);
+    vstore16(as_int16(a / 127.0f + nonfinite_nan(z)), 2, q);
+#else
     float16 a = fmax(fmax(fabs(X[0]), fabs(X[1])), fmax(fabs(X[2]), fabs(X[3])));
     a = fmax(a, fmax(fmax(fabs(X[4]), fabs(X[5])), fmax(fabs(X[6]), fabs(X[7]))));
     const float16 z = ((X[0] + X[1]) + (X[2] + X[3]) + (X[4] + X[5]) + (X[6] + X[7])) * 0.0f;
@@ -162,6 +210,7 @@ INLINE void int8_parts_of(const float16* X, __local int* q) /* X[t] lane i = x[k
 #endif
     vstore16(sum, 4, q);
     q[80] = as_int(as_float((127 + e) << 23) + nonfinite_nan(z)); /* sx as float bits (NaN: a non-finite x) */
+#endif
 }
 
 INLINE void x_int8_parts(__global const half* x, int k0, __local int* q)

@@ -118,12 +118,40 @@ def test_w4_vnni_fixed_point_x(queue, rng, symmetric, dequant):
     assert (np.abs(y - ref) <= ref_q.w4_kernel_bound(x, qw, {**constants, "WIDE_STEP": 0})).all()
 
 
-@pytest.mark.parametrize("dequant,isa", [("vnni", "AVX512-VNNI"), ("avx2", "AVX2")])
+@pytest.mark.parametrize("dequant,isa", [("vnni", "AVX512-VNNI"), ("avx2", "AVX2"), ("avx2_q8", "AVX2")])
 def test_w4_int_dot_refused_where_it_cannot_run(queue, rng, dequant, isa):
     qw = random_qw(rng, 8, 256, 32, True, queue)
     with pytest.raises(xe2rt.InputError, match=rf"dequant='{dequant}' needs the cpu target on a CPU device whose "
                                                rf"host has {isa}; this call's target is 'bmg'"):
         xe2rt.gemv_w4a16(to_device(np.zeros(256, np.float16), queue), qw, target="bmg", dequant=dequant)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_w4_q8_x(queue, rng, symmetric):
+    """dequant "avx2_q8" reads x as signed bytes with one scale per 32 k (llama.cpp's Q8_0): y must be within the
+    derived bound (which adds sum |w| |x' - x|, x' = reference.quant.q8_x(x)), the rounding must show (an outlier
+    per 32 k leaves the rest coarse), and an x that 8-bit integers hold exactly (every 32 k: integers, largest |x|
+    127, so d = 1) within the fp32-accumulation bound of the exact x alone. The tail past the last whole 128-k step
+    is read as it is."""
+    skip_unless_int_dot(queue, "avx2")
+    n, k = 300, 2048 + 96
+    qw = random_qw(rng, n, k, 32, symmetric, queue)
+    x = (rng.standard_normal(k) * 1e-2).astype(np.float16)
+    x[::32] = 0.25  # one larger element per 32 k: the rest on a grid of 0.25 / 127, 20% of their size
+    y, ref = check(queue, x, qw, "cpu", "avx2_q8", rel=5e-2)  # the derived bound is the bar; 1e-2 max |y| is not
+    xq = ref_q.q8_x(x)[0]
+    assert (np.abs(xq - x.astype(np.float64))[:2048] > 1e-4).any() and np.array_equal(xq[2048:], x[2048:])
+    constants = dict(op.program_variant(queue, "cpu", "avx2_q8").constants)
+    exact_x = {**constants, "WIDE_STEP": 0, "X_Q8": 0}  # the bound of the same sums with x itself
+    assert (np.abs(y - ref) > ref_q.w4_kernel_bound(x, qw, exact_x)).any()  # the 8-bit x shows in y
+    x = rng.integers(-126, 127, k).astype(np.float16)
+    x[::32] = 127.0
+    assert np.array_equal(ref_q.q8_x(x)[0], x.astype(np.float64))
+    y, ref = check(queue, x, qw, "cpu", "avx2_q8")
+    assert (np.abs(y - ref) <= ref_q.w4_kernel_bound(x, qw, exact_x)).all()
+    x[5] = np.inf  # a non-finite x makes every row NaN, as in the other integer-dot kernels
+    y = dpnp.asnumpy(op.run(to_device(x, queue), qw, target="cpu", dequant="avx2_q8")[0])
+    assert np.isnan(y).all()
 
 
 def test_w4_empty(queue, rng):
@@ -177,7 +205,8 @@ def test_w4_bad_input(queue, rng):
         (dict(x=to_device(np.zeros(k, np.float16), dpctl.SyclQueue(queue.sycl_device))), xe2rt.InputError,
          r"gemv_w4a16: qw and x are on different queues.*qw = qw\.to_device\(x\.sycl_queue\)"),
         (dict(out=dpnp.zeros(n + 1, dtype=np.float16, sycl_queue=queue)), xe2rt.InputError, r"out must have shape \(8,\)"),
-        (dict(dequant="fast"), xe2rt.InputError, r"dequant must be None, 'magic', 'plain', 'vnni', 'avx2' or 'auto', got 'fast'"),
+        (dict(dequant="fast"), xe2rt.InputError,
+         r"dequant must be None, 'magic', 'plain', 'vnni', 'avx2', 'avx2_q8' or 'auto', got 'fast'"),
     ]
     for kwargs, exc, pattern in cases:
         args = {"x": x, "qw": qw, "out": out}

@@ -146,14 +146,17 @@ def build_target(module: Module, target: str, out_dir: Path, work: Path) -> dict
         build_options = {"prebuilt": t.spirv.name}
     else:
         args, recorded = clang_arguments(module, target)
-        toolchain.compile_spirv(module.sources, args, out, work, what)
+        checked = toolchain.compile_spirv(module.sources, args, out, work, what, extensions=module.spirv_extensions)
         info = work / "arg_info.spv"
-        toolchain.compile_spirv(module.sources, args, info, work, f"{what} (argument info)", arg_info=True)
+        toolchain.compile_spirv(module.sources, args, info, work, f"{what} (argument info)", arg_info=True,
+                                extensions=module.spirv_extensions)
         reflected = _reflect(info.read_bytes(), what)
         _agree(_reflect(out.read_bytes(), what), reflected, what)
         source = module.sources[0].name
         sources_sha = {p.name: sha256_file(p) for p in included_files(module.sources, module.include_dirs)}
-        build_options = {"clang": recorded, "llvm-spirv": list(toolchain.SPIRV_OPTIONS)}
+        build_options = {"clang": recorded, "llvm-spirv": toolchain.spirv_options(module.spirv_extensions)}
+        if checked != "spirv-val":
+            build_options["validated"] = checked
         if len(module.sources) > 1:
             build_options["sources"] = [p.name for p in module.sources]
     shutil.rmtree(work, ignore_errors=True)

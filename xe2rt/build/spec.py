@@ -22,11 +22,15 @@ from ..errors import BuildError
 TARGETS = ("bmg", "lnl", "cpu")
 XE2_TARGETS = ("bmg", "lnl")
 TOP_KEYS = {"name", "source", "sources", "include_dirs", "options", "constants", "defines", "targets", "aot",
-            "variants"}
+            "variants", "spirv_extensions"}
 VARIANT_KEYS = (TOP_KEYS - {"name", "variants"}) | {"build_targets"}  # build_targets: the variant builds for these only
 # Keys of a [targets.X] table that are not integer constants.
 TARGET_KEYS = {"options", "defines", "spirv"}
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+# SPIR-V extensions a module may ask llvm-spirv for beyond the fixed ones (toolchain.SPIRV_OPTIONS), and what each
+# is for. SPV_INTEL_vector_compute: vectors of other lengths than 2-16 (VectorAnyINTEL), e.g. the 32-byte operands of
+# AVX2's vpmaddubsw in cpu-only binaries; Intel's CPU runtime reads it, and spirv-val 2023.1 cannot check it.
+SPIRV_EXTENSIONS = {"SPV_INTEL_vector_compute": "vectors of any length (VectorAnyINTEL)"}
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Module:
     targets: dict[str, Target]
     aot: dict
     origin: str  # where it was declared, for messages
+    spirv_extensions: list[str] = field(default_factory=list)  # further llvm-spirv --spirv-ext (SPIRV_EXTENSIONS)
     restricted: bool = False  # a variant with build_targets: the targets it lacks are skipped, not errors
 
 
@@ -154,7 +159,13 @@ def resolve(raw: dict, name: str, base: Path, origin: str, keys: set = TOP_KEYS)
     aot = raw.get("aot", {})
     if not isinstance(aot, dict) or set(aot) - {"options", "expect_dpas"}:
         raise BuildError(f"{origin}: [aot] takes `options` (a string) and `expect_dpas` (a bool), got {aot!r}")
-    return Module(name=name, sources=sources, include_dirs=include_dirs, targets=targets, aot=aot, origin=origin)
+    extensions = _str_list(raw.get("spirv_extensions", []), "spirv_extensions", origin)
+    unknown_ext = [e for e in extensions if e not in SPIRV_EXTENSIONS]
+    if unknown_ext:
+        raise BuildError(f"{origin}: spirv_extensions {unknown_ext} not supported; a module may ask for "
+                         f"{sorted(SPIRV_EXTENSIONS)} ({'; '.join(f'{k}: {v}' for k, v in SPIRV_EXTENSIONS.items())})")
+    return Module(name=name, sources=sources, include_dirs=include_dirs, targets=targets, aot=aot, origin=origin,
+                  spirv_extensions=extensions)
 
 
 def read_spec(path: Path) -> dict:

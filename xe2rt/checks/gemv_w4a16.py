@@ -1,13 +1,14 @@
 """gemv_w4a16 cases: every target's binary, both dequant variants (and on the cpu the integer-dot kernels where the
-host runs them: "vnni" with AVX512-VNNI, "avx2" with AVX2),
+host runs them: "vnni" with AVX512-VNNI, "avx2" and "avx2_q8" with AVX2),
 symmetric and zero-point weights, against the float64 reference of dequantize() (xe2rt.reference.quant); the fused
 kernels (norm= / residual= / silu_mul=; VNNI on the cpu, and bmg / lnl) against the float64 rms_norm / silu_mul
 references too (FUSED_RULE).
 
 Bound per row (reference.quant.w4_kernel_bound): fp32 accumulation over the kernel's K slices, including the
 bias-corrected variant's magic offset (1024 code units for the fp16 magic, 256 for the CPU wide step), then one fp16
-rounding; for the VNNI kernels also sum |w| |x' - x| with x' the fixed-point x they multiply; and max error <= 1e-2
-max|y|."""
+rounding; for the integer-dot kernels also sum |w| |x' - x| with x' the fixed-point x they multiply (avx2_q8: the
+8-bit x per 32 k, reference.quant.q8_x); and max error <= 1e-2 max|y| (not for avx2_q8, whose x error scales with
+sum |w| |x|, which the bound holds, and not with |y|)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,18 +16,21 @@ import numpy as np
 from . import Check, elementwise
 from ._util import dev, host, rng
 from ..ops.common import INT_DOT_FLAGS
+from ..ops.gemv_w4a16 import Q8_FLAGS
+
+FLAGS = {**INT_DOT_FLAGS, **Q8_FLAGS}  # the cpu-only variants and the host CPU flag each needs
 
 RULE = ("per row: fp32 accumulation (magic offset of the variant included) over the K slices + 0.5 ulp16 |ref| "
-        "(VNNI: + sum |w| |x' - x| for the fixed-point x')")
+        "(integer dot: + sum |w| |x' - x| for the fixed-point or 8-bit x')")
 ALL = ("cpu", "bmg", "lnl")
 # (N, K, group, symmetric, dequant): N tails; K = 4224 not a multiple of VL 512; K not a multiple of 128 exercises the
 # CPU wide path's per-group tail.
 SHAPES = [(n, k, g, s, d) for n, k in [(1, 4224), (7, 4224), (1000, 1024), (13, 8448)]
-          for g in (32, 64, 128) for s in (True, False) for d in ("magic", "plain", "vnni", "avx2")]
+          for g in (32, 64, 128) for s in (True, False) for d in ("magic", "plain", *FLAGS)]
 # 448 = 3 x 128 + 64, 352 = 2 x 128 + 96, 160 = 128 + 32; K = 96 has no whole 128-k step
 TAILS = [(n, k, g, s, d) for n, k, g, s in [(19, 448, 64, True), (45, 352, 32, False), (9, 160, 32, True),
                                             (17, 96, 32, False), (23, 448, 64, False)]
-         for d in ("magic", "plain", "vnni", "avx2")]
+         for d in ("magic", "plain", *FLAGS)]
 LLM = [(n, k, g, s, None) for n, k in [(4096, 14336), (14336, 4096), (9728, 2560), (2560, 9728)]
        for g, s in [(128, True), (32, False)]]
 QUICK = [(45, 352, 32, False, None)]
@@ -50,7 +54,8 @@ def run_case(queue, target, n, k, group_size, symmetric, dequant):
     y_dev, _ = op.run(dev(x, queue), qw, target=target, dequant=dequant)
     y = host(y_dev).astype(np.float64).reshape(-1)
     bound = ref_q.w4_kernel_bound(x, qw, op.program_variant(queue, target, dequant).constants)
-    return elementwise(y, ref_q.gemv_w4(x, qw), bound, rel_bar=1e-2, rule=RULE)
+    # the 8-bit x's error scales with sum |w| |x|, not with |y|: its bar is the derived bound alone
+    return elementwise(y, ref_q.gemv_w4(x, qw), bound, rel_bar=None if dequant in Q8_FLAGS else 1e-2, rule=RULE)
 
 
 FUSED_RULE = ("h = dequant(W) x16, x16 = fp16(rms_norm(x [+ residual])) or x: the GEMV's row bound at x16 + "
@@ -114,7 +119,7 @@ def run_fused_case(queue, target, form, n, k, group_size, symmetric, dequant, ep
 def _fused(form, n, k, gs, sym, deq):
     name = f"{form} N={n} K={k} g{gs} {'sym' if sym else 'zp'} {deq} (one launch)"
     return Check("gemv_w4a16", name, lambda q, t: run_fused_case(q, t, form, n, k, gs, sym, deq), ("cpu",),
-                 cpu_flag=INT_DOT_FLAGS[deq])
+                 cpu_flag=FLAGS[deq])
 
 
 def _fused_xe2(form, n, k, gs, sym):
@@ -124,14 +129,14 @@ def _fused_xe2(form, n, k, gs, sym):
 
 def _case(n, k, gs, sym, deq, targets):
     name = f"N={n} K={k} g{gs} {'sym' if sym else 'zp'} {deq or 'default'}"
-    if deq in INT_DOT_FLAGS:  # the cpu target's integer-dot kernels: CPU devices with that instruction set only
+    if deq in FLAGS:  # the cpu target's integer-dot kernels: CPU devices with that instruction set only
         targets = tuple(t for t in targets if t == "cpu")
     return Check("gemv_w4a16", name, lambda q, t: run_case(q, t, n, k, gs, sym, deq), targets,
-                 cpu_flag=INT_DOT_FLAGS.get(deq, ""))
+                 cpu_flag=FLAGS.get(deq, ""))
 
 
 def checks(quick: bool = False) -> list[Check]:
     if quick:
         return [_case(*c, ALL) for c in QUICK]
     return [_case(*c, ALL) for c in SHAPES + TAILS] + [_case(*c, ("cpu",)) for c in LLM] + \
-        [_fused(*c, d) for c in FUSED for d in INT_DOT_FLAGS] + [_fused_xe2(*c) for c in FUSED_XE2]
+        [_fused(*c, d) for c in FUSED for d in FLAGS] + [_fused_xe2(*c) for c in FUSED_XE2]

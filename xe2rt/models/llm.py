@@ -96,18 +96,28 @@ def _op(name: str):
     return fn
 
 
+ACTIVATIONS = ("auto", "q8")  # load(activations=...): the W4 GEMVs' activations
+
+
 def load(path, *, queue=None, weights: str = "auto", group_size: int = 128, max_tokens: int = 4096,
-         progress: bool = True, exact: bool = False) -> "DecoderLM":
+         progress: bool = True, exact: bool = False, activations: str = "auto") -> "DecoderLM":
     """Load a Hugging Face decoder folder (see the module docstring). weights: "auto" keeps what the files hold
     (bfloat16 -> float16, 4-bit formats -> W4), "fp16" dequantizes, "w4" / "w8" quantize float weights on load
     with `group_size` (4-bit checkpoints stay W4; with "auto" their float lm_head is quantized at their own group
     size). max_tokens sizes the KV cache (prompt + generated tokens).
     exact=False lets the W4 layers use the integer-dot kernels where they run (CPU devices with AVX512-VNNI or AVX2:
     activations rounded to 15-bit fixed point per 128 k, finer than llama.cpp's 8-bit; dequant / variant "auto" of
-    gemv_w4a16 / gemm_w4a16); exact=True keeps them on the kernels exact in the activations."""
+    gemv_w4a16 / gemm_w4a16); exact=True keeps them on the kernels exact in the activations.
+    activations="q8" (AVX2 CPU devices, not with exact=True) runs the decode step's W4 GEMVs with the activations
+    rounded to signed bytes per 32 k, as llama.cpp's Q8_0 does for its Q4_0 matvec (gemv_w4a16 dequant "avx2_q8",
+    about 1.1x the 15-bit kernels' speed on a Zen 3); the prompt keeps the "auto" GEMM."""
     check_mode(weights, group_size)
     if not isinstance(exact, (bool, np.bool_)):
         raise InputTypeError(f"load: exact must be True or False, got {type(exact).__name__} {exact!r}")
+    if activations not in ACTIVATIONS:
+        raise InputError(f"load: activations must be one of {ACTIVATIONS}, got {activations!r}")
+    if exact and activations == "q8":
+        raise InputError("load: activations='q8' rounds the activations to 8 bits, which exact=True rules out")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or not 1 <= max_tokens <= 4096:
         raise InputError(f"load: max_tokens must be an int in [1, 4096] (prefill_attention's limit), got "
                          f"{max_tokens!r}")
@@ -119,11 +129,16 @@ def load(path, *, queue=None, weights: str = "auto", group_size: int = 128, max_
     tokenizer = tokenizer_for(path)
     for name in ("rms_norm", "rope_kv", "decode_attention", "prefill_attention", "silu_mul", "gemm_w4a16"):
         _op(name)  # fail before reading gigabytes when the build lacks a decoder op
+    gemv_dequant = None if exact else "avx2_q8" if activations == "q8" else "auto"
+    if gemv_dequant == "avx2_q8":  # refused by name on a device that cannot run it, before any weight is read
+        from ..ops import gemv_w4a16
+        gemv_w4a16.program_variant(queue, None, gemv_dequant)
 
     t0 = time.perf_counter()
     cfg, w = load_weights(path, weights, group_size, place=device_placer(queue), progress=progress, cfg=cfg)
     queue.wait()
-    return DecoderLM(cfg, w, queue, int(max_tokens), tokenizer, weights, time.perf_counter() - t0, bool(exact))
+    return DecoderLM(cfg, w, queue, int(max_tokens), tokenizer, weights, time.perf_counter() - t0, bool(exact),
+                     gemv_dequant)
 
 
 # the op family of each bound plan of a decode step, for the step profile (LLM.timer)
@@ -133,11 +148,12 @@ _PLAN_FAMILY = {"ln1": "rms_norm", "ln2": "rms_norm", "qkv": "gemv", "o": "gemv"
 
 class DecoderLM:
     def __init__(self, cfg, w: dict, queue, max_tokens: int, tokenizer, weights: str, load_seconds: float,
-                 exact: bool = False):
+                 exact: bool = False, gemv_dequant: str | None = "auto"):
         self.cfg, self.w, self.queue, self.max_tokens = cfg, w, queue, max_tokens
         self.tokenizer, self.weights, self.load_seconds = tokenizer, weights, load_seconds
         self.weight_bytes = weight_bytes(w)
         self.exact = exact  # load(exact=...): W4 layers on the kernels exact in the activations
+        self.gemv_dequant = None if exact else gemv_dequant  # the W4 GEMVs' dequant (load's exact / activations)
         from .. import targets
         from ..ops.common import dpas_variant
         # the prompt's GEMMs and attention: software DPAS when an Xe2 target is forced on another device
@@ -218,7 +234,7 @@ class DecoderLM:
         if isinstance(w, QuantizedW4):
             from ..ops import gemm_w4a16
             fast = not self.exact  # the integer-dot kernels where they run ("auto")
-            y = xe2rt.gemv_w4a16(x, w, out=out, dequant="auto" if fast else None) if m <= MAX_M else \
+            y = xe2rt.gemv_w4a16(x, w, out=out, dequant=self.gemv_dequant) if m <= MAX_M else \
                 gemm_w4a16.run(x, w, out=out, variant=self._dpas if self._dpas != "native" else
                                "auto" if fast else "native")[0]
             self._t("w4 gemv" if m <= MAX_M else "w4 gemm")
@@ -248,7 +264,7 @@ class DecoderLM:
         kernels, the AVX2 ones, or Xe2 with K a multiple of 512)."""
         from ..ops import gemv_w4a16
         return isinstance(w, QuantizedW4) and not self.exact and gemv_w4a16.fuses(self.queue, w, silu_mul=silu_mul,
-                                                                                  dequant="auto")
+                                                                                  dequant=self.gemv_dequant)
 
     def _empty(self, *shape, dtype=np.float16):
         """An uninitialized device array on the model's queue (the step's and the prompt's buffers)."""
@@ -377,9 +393,10 @@ class DecoderLM:
             # ln1 folded into the qkv GEMV where that is one kernel (gemv_w4a16's norm prologue), else its own plan
             if fused(layer["qkv"]):
                 norm = (layer["ln1"], cfg.eps)
-                p["qkv"] = xe2rt.bind(xe2rt.gemv_w4a16, xs[0], layer["qkv"], norm=norm, out=qkv, dequant="auto") \
+                deq = self.gemv_dequant
+                p["qkv"] = xe2rt.bind(xe2rt.gemv_w4a16, xs[0], layer["qkv"], norm=norm, out=qkv, dequant=deq) \
                     if i == 0 else xe2rt.bind(xe2rt.gemv_w4a16, delta, layer["qkv"], norm=norm, residual=xs[cur],
-                                              out=(qkv, xs[1 - cur]), dequant="auto")
+                                              out=(qkv, xs[1 - cur]), dequant=deq)
             else:
                 p["ln1"] = xe2rt.bind(rms_norm, xs[0], layer["ln1"], eps=cfg.eps, out=y) if i == 0 else \
                     xe2rt.bind(rms_norm, delta, layer["ln1"], eps=cfg.eps, residual=xs[cur], out=(y, xs[1 - cur]))
@@ -393,7 +410,8 @@ class DecoderLM:
             if "experts" not in layer and fused(layer["gate_up"], silu_mul=True):
                 # ln2 and silu_mul folded into the gate/up GEMV (gemv_w4a16's norm= and silu_mul=)
                 p["gate_up"] = xe2rt.bind(xe2rt.gemv_w4a16, delta, layer["gate_up"], norm=(layer["ln2"], cfg.eps),
-                                          residual=xs[cur], silu_mul=True, out=(act, xs[1 - cur]), dequant="auto")
+                                          residual=xs[cur], silu_mul=True, out=(act, xs[1 - cur]),
+                                          dequant=self.gemv_dequant)
                 p["down"] = xe2rt.bind(self._linear, act, layer["down"], out=delta)
                 cur = 1 - cur
                 layers.append(p)

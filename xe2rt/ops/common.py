@@ -142,12 +142,14 @@ def int_dot_variants(target: str, queue: dpctl.SyclQueue) -> tuple[str, ...]:
     return tuple(v for v, flag in INT_DOT_FLAGS.items() if host_isa_available("", "", False, target, queue, flag))
 
 
-def int_dot_variant(op: str, option: str, requested, target: str, queue: dpctl.SyclQueue) -> str | None:
+def int_dot_variant(op: str, option: str, requested, target: str, queue: dpctl.SyclQueue,
+                    extra: dict | None = None) -> str | None:
     """The integer-dot variant a call asking for `requested` (its `option`, e.g. "dequant") runs: `requested` itself
     where it names one (refused by name where the host cannot run it), for "auto" the first that runs here, else
     None."""
-    if requested in INT_DOT_FLAGS:
-        host_isa_available(op, f"{option}={requested!r}", True, target, queue, INT_DOT_FLAGS[requested])
+    flags = {**INT_DOT_FLAGS, **(extra or {})}  # `extra`: an op's own variants that "auto" never picks
+    if requested in flags:
+        host_isa_available(op, f"{option}={requested!r}", True, target, queue, flags[requested])
         return requested
     if requested == "auto":
         return next(iter(int_dot_variants(target, queue)), None)

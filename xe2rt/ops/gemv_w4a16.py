@@ -17,7 +17,11 @@ the codes with x as 15-bit fixed point per 128-k step (gemv_w4a16.cl's header): 
 bound where one element of a step dwarfs the others (an outlier channel). "avx2" (family gemv_w4a16_avx2, CPU hosts
 with AVX2) is the same kernels with the integer dot done by vpmaddwd on codes widened to 16 bits: bit for bit the
 "vnni" results, 1.5-2.1x the default's speed on a Zen 3. "auto" is "vnni" where it runs, else "avx2" where that runs
-(M = 1 on such a host), else the default: what xe2rt.models.llm asks for.
+(M = 1 on such a host), else the default: what xe2rt.models.llm asks for. "avx2_q8" (family gemv_w4a16_avx2_q8, AVX2
+hosts, opt-in: "auto" never picks it) rounds x to signed bytes with one fp32 scale per 32 k, as llama.cpp's Q8_0 does
+for its Q4_0 dot, so the codes stay bytes and vpmaddubsw multiplies 32 pairs per instruction: the bound gains
+sum |w| |x' - x| with x' = reference.quant.q8_x(x), |x' - x| <= max |x| / 254 per 32 k (`xe2rt.models.llm.load(...,
+activations="q8")`).
 
 Folded decoder ops (norm=, residual=, silu_mul=): the rms_norm before a projection and the SiLU-and-multiply after a
 [gate; up] projection, as xe2rt.rms_norm / xe2rt.silu_mul compute them. One launch of a _norm, _silu or _norm_silu
@@ -46,9 +50,11 @@ OP = "gemv_w4a16"
 FAMILIES = ("gemv_w4a16", "gemv_w4a16_alt")
 VNNI_FAMILY = "gemv_w4a16_vnni"
 AVX2_FAMILY = "gemv_w4a16_avx2"  # the VNNI kernels' integer dot with AVX2's vpmaddwd: the same results bit for bit
-INT_DOT_FAMILIES = {"vnni": VNNI_FAMILY, "avx2": AVX2_FAMILY}  # ops.common.INT_DOT_FLAGS' variants
+Q8_FAMILY = "gemv_w4a16_avx2_q8"  # AVX2, x as 8-bit integers per 32 k (llama.cpp's Q8_0), vpmaddubsw; opt-in only
+INT_DOT_FAMILIES = {"vnni": VNNI_FAMILY, "avx2": AVX2_FAMILY, "avx2_q8": Q8_FAMILY}
+Q8_FLAGS = {"avx2_q8": "avx2"}  # beside ops.common.INT_DOT_FLAGS: the host CPU flag it needs; "auto" never picks it
 DEQUANT = {"magic": 1, "plain": 0}
-DEQUANT_NAMES = ("magic", "plain", "vnni", "avx2", "auto")
+DEQUANT_NAMES = ("magic", "plain", "vnni", "avx2", "avx2_q8", "auto")
 _F16 = [np.float16]
 
 
@@ -61,10 +67,11 @@ def program_variant(queue, target: str | None, dequant: str | None, m: int = 1):
     integer-dot kernels where they run, "vnni" before "avx2", else the default; the batched kernels are those of
     gemv_w4a16 in every variant)."""
     if dequant is not None and dequant not in DEQUANT_NAMES:
-        raise InputError(f"{OP}: dequant must be None, 'magic', 'plain', 'vnni', 'avx2' or 'auto', got {dequant!r}")
+        raise InputError(f"{OP}: dequant must be None, 'magic', 'plain', 'vnni', 'avx2', 'avx2_q8' or 'auto', "
+                         f"got {dequant!r}")
     # the target first, so that a call that runs the integer-dot kernels loads no other program (a tidy-up: the CPU
     # runtime compiles a kernel only when it is first created, so loading the default family cost little)
-    int_dot = int_dot_variant(OP, "dequant", dequant, target_for(queue, target), queue)
+    int_dot = int_dot_variant(OP, "dequant", dequant, target_for(queue, target), queue, extra=Q8_FLAGS)
     if int_dot and m == 1:
         return program_for(queue, INT_DOT_FAMILIES[int_dot], "cpu")
     program = program_for(queue, FAMILIES[0], target)
@@ -233,7 +240,8 @@ def gemv_w4a16(x, qw: QuantizedW4, *, out=None, target: str | None = None, dequa
     """y = dequant(qw) @ x for float16 x [K] (y [N]) or x [M, K] with M <= 16 (y [M, N] = x @ dequant(qw).T), qw a
     QuantizedW4 [N, K] with device parts on x's queue; fp32 accumulation, y float16. `dequant` ("magic" / "plain";
     "vnni": integer dot products with x rounded to 15-bit fixed point per 128 k, CPU devices with AVX512-VNNI only;
-    "avx2": the same integers on CPU devices with AVX2; "auto": "vnni", else "avx2", where it runs, else the
+    "avx2": the same integers on CPU devices with AVX2; "avx2_q8": AVX2 with x rounded to 8-bit integers per 32 k,
+    as llama.cpp's Q8_0 activations, opt-in only; "auto": "vnni", else "avx2", where it runs, else the
     default) overrides the target's default variant (M = 1 only: the batched kernels dequantize exactly first either
     way);
     `target` forces a kernel target (bmg, lnl, cpu) for this call.

@@ -71,6 +71,21 @@ def vnni_x(x, *, tail: bool = False) -> np.ndarray:
     return x
 
 
+def q8_x(x):
+    """x as gemv_w4a16_avx2_q8 (X_Q8) multiplies it, in float64: every whole 128-k step per 32 k as xi d, d =
+    fp32(max |x| / 127) and xi = rte(x fp32(127 / max |x|)) (0 where the 32 are all 0), as llama.cpp's Q8_0; the tail
+    past the last whole step as it is. Returns (x', e): e = 2^-24 |x'| per element for the kernel's fp32 product of
+    the weight scale and d."""
+    x = np.array(x, dtype=np.float64).reshape(-1)
+    head = x[: (x.size // 128) * 128].reshape(-1, 32)
+    amax = np.abs(head).max(axis=1, keepdims=True).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float64)
+    d = (amax / np.float32(127)).astype(np.float32).astype(np.float64)
+    x[: head.size] = (np.rint(head * inv) * d).reshape(-1)  # x inv exact in float64, rounded once as the fma does
+    return x, np.abs(x) * 2.0**-24
+
+
 def gemm_w4_x_error(a, qw) -> np.ndarray:
     """|vnni_x(a, tail=True) - a| @ |W|^T: how far the VNNI GEMM's fixed-point a can move each output."""
     a64 = np.asarray(a, dtype=np.float64)
@@ -83,10 +98,15 @@ def w4_kernel_bound(x, qw, constants: dict) -> np.ndarray:
     with the program's summation (magic offset: 1024 code units for the fp16 magic, 256 for the CPU wide step, 0 for
     the integer convert and the VNNI step), and for the VNNI step (WIDE_STEP 2) the rounding of x to its per-step
     grid: x enters the products as vnni_x(x), an exact integer dot, so |y - ref| gains sum_k |w_k| |vnni_x(x)_k - x_k|
-    (w the exact dequantized weights) and the fp32 terms are those of |x| + that rounding."""
+    (w the exact dequantized weights) and the fp32 terms are those of |x| + that rounding; for the Q8 step (X_Q8)
+    x enters as q8_x(x), plus 2^-24 of it for the scale product."""
     wide = constants.get("WIDE_STEP", 0)
     magic = 1024.0 if constants.get("HALF_MAGIC") else (256.0 if wide == 1 else 0.0)
-    dx = np.abs(vnni_x(x) - np.asarray(x, dtype=np.float64).reshape(-1)) if wide == 2 else None
+    if constants.get("X_Q8"):  # x as 8-bit integers per 32 k (q8_x), then the scale product's rounding
+        xq, scale_error = q8_x(x)
+        dx = np.abs(xq - np.asarray(x, dtype=np.float64).reshape(-1)) + scale_error
+    else:
+        dx = np.abs(vnni_x(x) - np.asarray(x, dtype=np.float64).reshape(-1)) if wide == 2 else None
     return w4_fp32_bound(x, qw, bias_corrected=bool(constants["DEQUANT_MAGIC"]), magic_value=magic,
                          k_split=constants["K_SPLIT"], x_error=dx)
 
