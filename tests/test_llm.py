@@ -18,6 +18,8 @@ from xe2rt.errors import InputError, InputTypeError
 from xe2rt.models import llm
 from xe2rt.models import random as rnd
 
+from conftest import skip_unless_int_dot
+
 
 @pytest.fixture(scope="module")
 def queue():
@@ -148,6 +150,31 @@ def test_exact_load_option(queue, tmp_path):
         assert (1.0 - cosine_rows(logits, full[len(ids) - 1:])).max() <= llm_checks.BOUND
     with pytest.raises(InputTypeError, match="exact must be True or False, got str"):
         llm.load(folder, queue=queue, exact="yes")
+
+
+@pytest.mark.parametrize("arch", ["tiny-llama", "tiny-qwen3"])
+def test_q8_activations_load_option(queue, tmp_path, arch):
+    """load(activations="q8") runs the decode step's W4 GEMVs on gemv_w4a16_avx2_q8 (x as signed bytes per 32 k):
+    greedy decode still within the bar's cosine of the float64 forward over the same tokens, its logits not those of
+    the default kernels (so the 8-bit path ran); refused by name with exact=True, an unknown value, or a device
+    that cannot run it."""
+    from xe2rt.reference.llm import cosine_rows, forward
+    folder = rnd.write(arch, tmp_path / "m", fmt="gptq", group=32, seed=7)
+    ids = np.arange(3, 23, dtype=np.int32)
+    with pytest.raises(xe2rt.InputError, match=r"activations must be one of \('auto', 'q8'\), got 'int8'"):
+        llm.load(folder, queue=queue, activations="int8")
+    with pytest.raises(xe2rt.InputError, match="activations='q8' rounds the activations to 8 bits, which exact=True"):
+        llm.load(folder, queue=queue, activations="q8", exact=True)
+    skip_unless_int_dot(queue, "avx2")
+    got = {}
+    for act in ("auto", "q8"):
+        model = llm.load(folder, queue=queue, max_tokens=64, progress=False, activations=act)
+        tokens, logits = model.generate(ids, 6, return_logits=True)
+        full = forward(model.cfg, model.reference_weights(), np.concatenate([ids, tokens[:-1]]))
+        assert (1.0 - cosine_rows(logits, full[len(ids) - 1:])).max() <= llm_checks.BOUND
+        got[act] = (tokens, logits)
+    assert model.gemv_dequant == "avx2_q8"
+    assert not np.array_equal(got["auto"][1][1:], got["q8"][1][1:])  # the decode steps took another path
 
 
 def test_sampling_on_the_default_in_order_queue(tmp_path):
