@@ -293,6 +293,42 @@ def test_variant_build_targets(tmp_path, cli):
     assert not (tmp_path / "out2").exists()
 
 
+LONG_VECTOR = """typedef uchar uchar32 __attribute__((ext_vector_type(32)));
+__kernel void rev(__global const uchar* x, __global uchar* y) {
+    const uchar32 v = ((__global const uchar32*)x)[get_global_id(0)];
+    ((__global uchar32*)y)[get_global_id(0)] = __builtin_shufflevector(v, v, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22,
+        21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+}
+"""
+
+
+def test_spirv_extensions_long_vectors(tmp_path, cli, queue, monkeypatch):
+    """A 32-element vector (what gemv_w4a16_avx2_q8 passes to vpmaddubsw) needs spirv_extensions =
+    ["SPV_INTEL_vector_compute"]: without it llvm-spirv refuses the module; with it the manifest records the option
+    and what validated it, and the CPU device runs the kernel. An extension xe2rt does not know is refused by name."""
+    (tmp_path / "lv.cl").write_text(LONG_VECTOR)
+    (tmp_path / "plain.toml").write_text('source = "lv.cl"\n[targets.cpu]\n')
+    code, err = cli("plain.toml", "-o", "out0", cwd=tmp_path)
+    assert code != 0 and "llvm-spirv-15 translating plain for target cpu failed" in err, err
+    (tmp_path / "lv.toml").write_text('source = "lv.cl"\nspirv_extensions = ["SPV_INTEL_vector_compute"]\n'
+                                      '[targets.cpu]\n')
+    code, err = cli("lv.toml", "-o", "out", cwd=tmp_path)
+    assert code == 0, err
+    entry = json.loads((tmp_path / "out" / "manifest.json").read_text())["artifacts"]["cpu/lv.spv"]
+    assert "--spirv-ext=+SPV_INTEL_vector_compute" in entry["build_options"]["llvm-spirv"]
+    assert entry["build_options"]["validated"].startswith("spirv-val up to VectorAnyINTEL")
+    monkeypatch.setenv("XE2RT_KERNEL_DIR", str(tmp_path / "out"))
+    program = artifacts.load(queue, "cpu", "lv")
+    x = np.arange(64, dtype=np.uint8)
+    y = to_device(np.zeros(64, np.uint8), queue)
+    launch.launch(program.kernel("rev"), [to_device(x, queue), y], 2, 1, queue).wait()
+    np.testing.assert_array_equal(y.asnumpy(), x.reshape(2, 32)[:, ::-1].reshape(-1))
+    (tmp_path / "bad.toml").write_text('source = "lv.cl"\nspirv_extensions = ["SPV_KHR_magic"]\n[targets.cpu]\n')
+    code, err = cli("bad.toml", "-o", "out2", cwd=tmp_path)
+    assert code != 0 and "spirv_extensions ['SPV_KHR_magic'] not supported; a module may ask for " \
+        "['SPV_INTEL_vector_compute']" in err, err
+
+
 def test_prebuilt_spirv(tmp_path, cli, built):
     """SPIR-V from elsewhere, per target or for every target: validated, reflected (no names: arg0...)."""
     spv = built[0] / "cpu" / "mykernels.spv"

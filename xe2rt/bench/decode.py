@@ -30,13 +30,21 @@ import numpy as np
 from .. import config
 from .harness import BenchContext, Result
 
-# (model, weights, group_size): fp16 against llama.cpp F16, W4 g32 symmetric against Q4_0; the MoE model is
-# written as an AWQ g128 checkpoint (what users download; no 60 GB float copy to quantize on load)
-ROWS = [("Llama-3.2-1B", "auto", 128), ("Llama-3.2-1B", "w4", 32), ("Qwen3-0.6B", "w4", 128),
-        ("Qwen3-30B-A3B", "awq", 128)]
-QUICK_ROWS = [("tiny-qwen3", "auto", 128), ("tiny-qwen3", "w4", 32)]  # --quick checks the machinery only
+# (model, weights, group_size[, activations]): fp16 against llama.cpp F16, W4 g32 symmetric against Q4_0 (also with
+# activations "q8", llama.cpp's own Q8_0 activations, on hosts with AVX2); the MoE model is written as an AWQ g128
+# checkpoint (what users download; no 60 GB float copy to quantize on load)
+ROWS = [("Llama-3.2-1B", "auto", 128), ("Llama-3.2-1B", "w4", 32), ("Llama-3.2-1B", "w4", 32, "q8"),
+        ("Qwen3-0.6B", "w4", 128), ("Qwen3-30B-A3B", "awq", 128)]
+QUICK_ROWS = [("tiny-qwen3", "auto", 128), ("tiny-qwen3", "w4", 32), ("tiny-qwen3", "w4", 32, "q8")]  # machinery
 PROMPT = 128
 DECODE_STEPS = 16
+
+
+def _runs_q8(ctx: BenchContext) -> bool:
+    """Whether the run's device takes llm.load(activations="q8") (gemv_w4a16_avx2_q8: the cpu target, AVX2)."""
+    from ..ops import gemv_w4a16
+    from ..ops.common import host_isa_available
+    return host_isa_available("", "", False, ctx.target, ctx.queue, gemv_w4a16.Q8_FLAGS["avx2_q8"])
 
 
 def layers(quick: bool) -> int:
@@ -124,7 +132,11 @@ def cases(ctx: BenchContext) -> list[Result]:
     peers = getattr(ctx, "peers", {}) or {}
     try:
         written = {}
-        for name, weights, group in (QUICK_ROWS if ctx.quick else ROWS):
+        for name, weights, group, *act in (QUICK_ROWS if ctx.quick else ROWS):
+            activations = act[0] if act else "auto"
+            if activations == "q8" and not _runs_q8(ctx):
+                ctx.say(f"  decode {name} w4 g{group} q8: skipped (gemv_w4a16_avx2_q8 runs on CPU devices with AVX2)")
+                continue
             fmt = "awq" if weights == "awq" else "fp16"
             if (name, fmt) not in written:
                 ctx.say(f"  decode: writing random {name} {fmt} ({n_layers} layers)")
@@ -136,9 +148,10 @@ def cases(ctx: BenchContext) -> list[Result]:
             # an in-order queue on the run's device, as llm.load makes by default (docs/llm.md: prefill 1.7-2.2x)
             queue = dpctl.SyclQueue(ctx.queue.sycl_context, ctx.queue.sycl_device, property="in_order")
             model = llm.load(folder, queue=queue, weights=weights, group_size=group,
-                             max_tokens=max(contexts) + DECODE_STEPS + 2, progress=False)
+                             max_tokens=max(contexts) + DECODE_STEPS + 2, progress=False, activations=activations)
             load_s = time.perf_counter() - t0
             kind = ("awq g128" if fmt == "awq" else "fp16") if weights == "auto" else f"{weights} g{group}"
+            kind += " q8-act" if activations == "q8" else ""
             if model.cfg.num_experts:
                 kind += " (experts W4)"
             rng = np.random.default_rng(0)
