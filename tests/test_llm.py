@@ -241,6 +241,15 @@ def test_generate_command_line(tmp_path):
     assert 0 < before <= peak
     model = llm.load(folder, max_tokens=16, progress=False)
     assert [int(t) for t in lines[0].split()] == model.generate([5, 9, 13], 4).tolist()
+    from xe2rt import targets
+    q8 = ("--weights", "w4", "--group-size", "32", "--activations", "q8")
+    res = run("--prompt-ids", "5,9,13", "-n", "4", *q8)
+    if targets.cpu_has_flag(model.queue.sycl_device, "avx2"):  # the W4 GEMVs on gemv_w4a16_avx2_q8
+        assert res.returncode == 0, res.stderr[-2000:]
+        q8_model = llm.load(folder, max_tokens=16, progress=False, weights="w4", group_size=32, activations="q8")
+        assert [int(t) for t in res.stdout.split()[:4]] == q8_model.generate([5, 9, 13], 4).tolist()
+    else:
+        assert res.returncode == 2 and "needs the cpu target on a CPU device whose host has AVX2" in res.stderr
     for ids, message in [("1,,2", "must be comma-separated integers"), ("", "is empty"),
                          ("4294967297", "outside int32"), (f"1,{model.cfg.vocab}", "outside the vocabulary"),
                          ("-1,2", "ids[0] = -1 is outside the vocabulary")]:  # argparse would take -1,2 for an option

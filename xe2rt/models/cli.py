@@ -16,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--max-new-tokens", type=int, default=32)
     parser.add_argument("--weights", default="auto", choices=["auto", "fp16", "w4", "w8"])
     parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--activations", default="auto", choices=["auto", "q8"],
+                        help="q8: the W4 GEMVs take the activations as 8-bit integers per 32 (llama.cpp's Q8_0; CPU "
+                             "devices with AVX2)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         queue = dpctl.SyclQueue(args.device, property="in_order") if args.device else None
         before_load = current_rss_bytes()  # the Python, dpnp and SYCL runtimes, before any weight
         model = llm.load(args.path, queue=queue, weights=args.weights, group_size=args.group_size,
-                         max_tokens=max_tokens)
+                         max_tokens=max_tokens, activations=args.activations)
         warm_seconds = _warm_up(model, ids, args)
         text = []
 
