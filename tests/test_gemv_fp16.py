@@ -51,6 +51,23 @@ def test_row_vector_and_out(queue, rng, target):
     check(y, x, w)
 
 
+@pytest.mark.parametrize("short_rows", [True, False])
+@pytest.mark.parametrize("n,k", [(3072, 2048), (37, 6144), (130, 1000), (9, 6146)])
+def test_cpu_row_orders(queue, rng, monkeypatch, n, k, short_rows):
+    """The cpu target reads rows of K <= SEQ_K_MAX one after another (gemv_fp16_short) on AVX-512 hosts and side by
+    side (gemv_fp16) elsewhere (short_rows_pay): both kernels on every host, each within the bound, at K on both sides
+    of SEQ_K_MAX = 6144 and odd N / K."""
+    from xe2rt.ops import gemv_fp16 as op
+    monkeypatch.setattr(op, "short_rows_pay", lambda q: short_rows)
+    launched = []
+    original = op.launch.launch
+    monkeypatch.setattr(op.launch, "launch", lambda kernel, *a, **kw: launched.append(kernel.name) or
+                        original(kernel, *a, **kw))
+    x, w = make(rng, n, k)
+    check(op.run(to_device(x, queue), to_device(w, queue), target="cpu")[0], x, w)
+    assert launched == ["gemv_fp16_short" if short_rows and k <= 6144 else "gemv_fp16"]
+
+
 def test_nan_inf_propagate_like_numpy(queue):
     w = np.ones((3, 64), dtype=np.float16)
     x = np.ones(64, dtype=np.float16)
