@@ -12,7 +12,7 @@ import dpnp
 import numpy as np
 
 from ..ops import gemv_w4a16 as w4_op
-from ..ops.common import int_dot_variant
+from ..ops.common import host_isa_available, int_dot_variant
 from ..ops import gemv_w8a16 as w8_op
 from ..quant import QuantizedW4, QuantizedW8
 from .harness import BenchContext, Result
@@ -116,6 +116,8 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         int_dot = int_dot_variant(w4_op.OP, "dequant", "auto", ctx.target, ctx.queue)
         if int_dot:  # CPUs with AVX512-VNNI or AVX2: the integer-dot kernel the LLM runner asks for
             variants.append(int_dot)
+        if host_isa_available("", "", False, ctx.target, ctx.queue, w4_op.Q8_FLAGS["avx2_q8"]):
+            variants.append("avx2_q8")  # AVX2: x as Q8_0 (llm.load(activations="q8"))
         timed = []
         for dq in variants:
             seconds = ctx.time_events(lambda i: w4_op.run(x, pool[i % copies], out=y, dequant=dq)[1])
@@ -126,7 +128,7 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         for dq, seconds, wall, read_gbps in timed:
             tag = "default" if dq == variants[0] else "other"
             how = {"magic": "bias correction", "plain": "per-element", "vnni": "AVX512-VNNI integer dot products",
-                   "avx2": "AVX2 integer dot products"}[dq]
+                   "avx2": "AVX2 integer dot products", "avx2_q8": "AVX2 vpmaddubsw, x as Q8_0 per 32 k"}[dq]
             results.append(Result("gemv_w4a16", f"{n}x{k} g{GROUP}", f"{ctx.target}:{dq}", seconds, wall,
                                   bytes=nbytes, flops=2 * n * k, alternative="dpnp deq f32+matvec", alt_seconds=alt,
                                   note=f"{tag} dequant ({how}); "
