@@ -172,8 +172,10 @@ INLINE void int8_parts_of(const float16* X, __local int* q) /* X[t] lane i = x[k
         /* phases odd, 2 + odd, 4 + odd, 6 + odd interleaved byte by byte: byte 4 i + s of half j is phase 2 s + odd,
          * lane 8 j + i */
         const char32 p01 = CAT32(c[odd], c[2 + odd]), p23 = CAT32(c[4 + odd], c[6 + odd]);
-        *(__local char32*)(qb + 32 * odd) = __builtin_shufflevector(p01, p23, 0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55);
-        *(__local char32*)(qb + 64 + 32 * odd) = __builtin_shufflevector(p01, p23, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63);
+        *(__local char32*)(qb + 32 * odd) = __builtin_shufflevector(p01, p23, 0, 16, 32, 48, 1, 17, 33, 49, 2, 18,
+            34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55);
+        *(__local char32*)(qb + 64 + 32 * odd) = __builtin_shufflevector(p01, p23, 8, 24, 40, 56, 9, 25, 41, 57, 10,
+            26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63);
     }
     vstore16(sum, 4, q);
     vstore16(as_int16(a / 127.0f + nonfinite_nan(z)), 2, q);
