@@ -88,7 +88,8 @@ def format_info(data: dict, isa: bool = False) -> str:
                      + ("; AVX512-VNNI: the W4 GEMV and GEMM can run the *_vnni kernels (dequant / variant \"vnni\" or "
                         "\"auto\"; xe2rt.models.llm does)" if d.get("avx512_vnni") else
                         "; AVX2: the W4 GEMV and GEMM can run the *_avx2 kernels (dequant / variant \"avx2\" or "
-                        "\"auto\"; xe2rt.models.llm does)" if d.get("avx2") else ""))
+                        "\"auto\"; xe2rt.models.llm does), the GEMV with x as Q8_0 too (\"avx2_q8\", llm.load(..., "
+                        "activations=\"q8\"))" if d.get("avx2") else ""))
     by_target: dict[str, list] = {}
     for key, b in data["binaries"].items():
         by_target.setdefault(key.split("/")[0], []).append((key, b))
