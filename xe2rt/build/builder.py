@@ -140,7 +140,7 @@ def build_target(module: Module, target: str, out_dir: Path, work: Path) -> dict
     work = Path(tempfile.mkdtemp(prefix=f"{module.name}_{target}_", dir=work))
     if t.spirv is not None:
         shutil.copyfile(t.spirv, out)
-        toolchain.validate(out, what)
+        checked = toolchain.validate(out, what)
         reflected = _reflect(out.read_bytes(), what)
         source, sources_sha = t.spirv.name, {t.spirv.name: sha256_file(t.spirv)}
         build_options = {"prebuilt": t.spirv.name}
@@ -155,10 +155,10 @@ def build_target(module: Module, target: str, out_dir: Path, work: Path) -> dict
         source = module.sources[0].name
         sources_sha = {p.name: sha256_file(p) for p in included_files(module.sources, module.include_dirs)}
         build_options = {"clang": recorded, "llvm-spirv": toolchain.spirv_options(module.spirv_extensions)}
-        if checked != "spirv-val":
-            build_options["validated"] = checked
         if len(module.sources) > 1:
             build_options["sources"] = [p.name for p in module.sources]
+    if checked != "spirv-val":  # what checked a binary spirv-val cannot read to the end (toolchain.validate)
+        build_options["validated"] = checked
     shutil.rmtree(work, ignore_errors=True)
     if not reflected["kernels"]:
         raise BuildError(f"{what}: the module defines no kernel (no OpEntryPoint of the Kernel model)")
