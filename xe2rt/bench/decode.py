@@ -40,13 +40,6 @@ PROMPT = 128
 DECODE_STEPS = 16
 
 
-def _runs_q8(ctx: BenchContext) -> bool:
-    """Whether the run's device takes llm.load(activations="q8") (gemv_w4a16_avx2_q8: the cpu target, AVX2)."""
-    from ..ops import gemv_w4a16
-    from ..ops.common import host_isa_available
-    return host_isa_available("", "", False, ctx.target, ctx.queue, gemv_w4a16.Q8_FLAGS["avx2_q8"])
-
-
 def layers(quick: bool) -> int:
     return config.bench_decode_layers(1 if quick else 4)
 
@@ -122,6 +115,7 @@ def cases(ctx: BenchContext) -> list[Result]:
     try:
         from ..models import llm
         from ..models import random as rnd
+        from ..ops import gemv_w4a16
     except ImportError as exc:
         ctx.say(f"  decode: skipped ({exc}; pip install 'xe2rt[models]')")
         return []
@@ -134,7 +128,7 @@ def cases(ctx: BenchContext) -> list[Result]:
         written = {}
         for name, weights, group, *act in (QUICK_ROWS if ctx.quick else ROWS):
             activations = act[0] if act else "auto"
-            if activations == "q8" and not _runs_q8(ctx):
+            if activations == "q8" and not gemv_w4a16.runs_q8(ctx.queue, ctx.target):
                 ctx.say(f"  decode {name} w4 g{group} q8: skipped (gemv_w4a16_avx2_q8 runs on CPU devices with AVX2)")
                 continue
             fmt = "awq" if weights == "awq" else "fp16"

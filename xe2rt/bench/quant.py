@@ -12,7 +12,7 @@ import dpnp
 import numpy as np
 
 from ..ops import gemv_w4a16 as w4_op
-from ..ops.common import host_isa_available, int_dot_variant
+from ..ops.common import int_dot_variant
 from ..ops import gemv_w8a16 as w8_op
 from ..quant import QuantizedW4, QuantizedW8
 from .harness import BenchContext, Result
@@ -116,7 +116,7 @@ def cases_w4(ctx: BenchContext) -> list[Result]:
         int_dot = int_dot_variant(w4_op.OP, "dequant", "auto", ctx.target, ctx.queue)
         if int_dot:  # CPUs with AVX512-VNNI or AVX2: the integer-dot kernel the LLM runner asks for
             variants.append(int_dot)
-        if host_isa_available("", "", False, ctx.target, ctx.queue, w4_op.Q8_FLAGS["avx2_q8"]):
+        if w4_op.runs_q8(ctx.queue, ctx.target):
             variants.append("avx2_q8")  # AVX2: x as Q8_0 (llm.load(activations="q8"))
         timed = []
         for dq in variants:

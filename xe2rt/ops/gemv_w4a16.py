@@ -42,7 +42,7 @@ import numpy as np
 from .. import launch, validate
 from ..errors import InputError, InputTypeError
 from ..quant import QuantizedW4
-from .common import int_dot_variant, is_xe2, program_for, target_for
+from .common import host_isa_available, int_dot_variant, is_xe2, program_for, target_for
 from .gemv_common import check_decode_inputs, check_quantized, geometry, launch_args, output
 from .gemv_common import kernel_name as batched_name
 
@@ -56,6 +56,11 @@ Q8_FLAGS = {"avx2_q8": "avx2"}  # beside ops.common.INT_DOT_FLAGS: the host CPU 
 DEQUANT = {"magic": 1, "plain": 0}
 DEQUANT_NAMES = ("magic", "plain", "vnni", "avx2", "avx2_q8", "auto")
 _F16 = [np.float16]
+
+
+def runs_q8(queue, target: str | None = None) -> bool:
+    """Whether dequant "avx2_q8" runs for `target` (default: the queue's) on the queue's device."""
+    return host_isa_available("", "", False, target_for(queue, target), queue, Q8_FLAGS["avx2_q8"])
 
 
 def kernel_name(group_size: int, symmetric: bool, m: int = 1) -> str:
