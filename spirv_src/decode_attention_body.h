@@ -214,6 +214,12 @@ INLINE float hmax16(float16 v)
 #endif
 #ifndef DECODE_ATTENTION_CPU256_HELPERS
 #define DECODE_ATTENTION_CPU256_HELPERS
+/* One x86 prefetcht0 per 64-byte line of n halves at p. OpenCL's prefetch() built-in is a call into the CPU runtime's
+ * library (__lprefetch, with a vzeroupper before it) on every use; LLVM's prefetch intrinsic, declared by its name,
+ * reaches the runtime as an imported function (llvm-spirv passes it on: toolchain.SPIRV_OPTIONS allows llvm.prefetch)
+ * and becomes the instruction itself. Arguments: read, locality 3 (all cache levels), data cache. */
+void xe2rt_prefetch_line(const __global void* p, int rw, int locality, int cache) __asm__("llvm.prefetch.p1i8");
+#define PREFETCH_HALFS(p, n) UNROLL for (int pf_i = 0; pf_i < (n); pf_i += 32) xe2rt_prefetch_line((p) + pf_i, 0, 3, 1)
 /* Eight float8 partial dots (one per token) -> one float8 of their lane sums in token order, with the shuffles AVX2
  * does in one cheap instruction each (vunpcklps / vunpckhps, vunpcklpd / vunpckhpd, vperm2f128; vhaddps is several):
  * pairs of tokens, then quads, each 128-bit lane summed within itself, then the two 128-bit lanes added. 21 vector
@@ -231,9 +237,9 @@ INLINE float8 token_sums8(const float8* x)
 }
 #endif
 
-/* CPU256 (variant decode_attention_cpu256, hosts with 16 vector registers of 8 floats): each 16-token block's K rows,
- * then its V rows, are converted to float once into a private array (stage_d, at most BT x D floats, L1-resident),
- * and every group of 4 heads reads them from there as memory operands. */
+/* CPU256 (variant decode_attention_cpu256, hosts with 16 vector registers of 8 floats): each 16-token block's V rows
+ * (and its K rows, unless G is a multiple of 8: scores8_d) are converted to float once into a private array (stage_d,
+ * at most BT x D floats, L1-resident), and every group of 4 heads reads them from there as memory operands. */
 INLINE void PASTE(stage_d, D)(float* dst, __global const half* src, int nb)
 {
     NOUNROLL for (int t = 0; t < nb; ++t)
@@ -251,7 +257,7 @@ INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, const float
     float8 x[4 * BT];
     NOUNROLL for (int t = 0; t < BT; t += 2) {
         if (pf)
-            prefetch(pf + (size_t)t * D, 2 * D);
+            PREFETCH_HALFS(pf + (size_t)t * D, 2 * D);
         const float8* qu = (const float8*)qv + (t & zero);
         const float8* kr0 = (const float8*)(kblk + (size_t)min(t, nb - 1) * D);
         const float8* kr1 = (const float8*)(kblk + (size_t)min(t + 1, nb - 1) * D);
@@ -277,21 +283,47 @@ INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, const float
         s4[h * 4] = (float16)(token_sums8(x + h * BT), token_sums8(x + h * BT + 8));
 }
 
+/* Q K^T (CPU256, G a multiple of 8) for 8 heads straight from the fp16 cache: one token per pass, each 8-element K
+ * piece converted once and fma'd into the 8 heads' accumulators, q as memory operands (9 instructions per 8 fmas
+ * against 14 for scores_heads_d, and no staging of K). token_sums8 then reduces the 8 heads' partial dots, in
+ * registers, to st[t]: token t's scores of the 8 heads, one float8, the layout the softmax after it works in. Each
+ * score is the same products summed in the same order as scores_heads_d's. pf (or 0): one row to prefetch per pass. */
+INLINE void PASTE(scores8_d, D)(float8* st, const float16* qv, __global const half* kblk, int nb, int zero,
+                                 __global const half* pf)
+{
+    NOUNROLL for (int t = 0; t < BT; ++t) {
+        if (pf)
+            PREFETCH_HALFS(pf + (size_t)t * D, D);
+        const float8* qu = (const float8*)qv + (t & zero);
+        __global const half* kr = kblk + (size_t)min(t, nb - 1) * D;
+        float8 a[8];
+        const float8 k0 = vload_half8(0, kr);
+        UNROLL for (int h = 0; h < 8; ++h)
+            a[h] = qu[h * 2 * NV] * k0;
+        UNROLL for (int c = 1; c < 2 * NV; ++c) {
+            const float8 kc = vload_half8(c, kr);
+            UNROLL for (int h = 0; h < 8; ++h)
+                a[h] = fma(qu[h * 2 * NV + c], kc, a[h]);
+        }
+        st[t] = token_sums8(a);
+    }
+}
+
 /* P V (CPU256) for `ch` heads from the staged block: one float16 of each V row per pass (4 heads x 2 ymm
  * accumulators), the token loop unrolled PV_UNROLL times. pf (or 0): the rows to prefetch, BT / NV per pass. */
 INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, const float* vblk, int nb, const int ch,
-                                   __global const half* pf)
+                                   __global const half* pf, const int hs, const int ts)
 {
     UNROLL for (int part = 0; part < NV; ++part) {
         if (pf)
-            prefetch(pf + (size_t)part * (BT / NV) * D, (BT / NV) * D);
+            PREFETCH_HALFS(pf + (size_t)part * (BT / NV) * D, (BT / NV) * D);
         float16 acc[4];
         UNROLL for (int h = 0; h < ch; ++h)
             acc[h] = o[h * NV + part];
         PV_TOKEN_UNROLL for (int t = 0; t < nb; ++t) {
             const float16 v = vload16(part, vblk + (size_t)t * D);
             UNROLL for (int h = 0; h < ch; ++h)
-                acc[h] = fma((float16)pa[h * BT + t], v, acc[h]);
+                acc[h] = fma((float16)pa[h * hs + t * ts], v, acc[h]);
         }
         UNROLL for (int h = 0; h < ch; ++h)
             o[h * NV + part] = acc[h];
@@ -363,7 +395,7 @@ INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, __global const hal
 }
 #endif
 
-INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
+INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS, const bool qk8)
 {
     const int item = get_global_id(0);
     const int split = item % S, kvh = item / S;
@@ -374,6 +406,13 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
     float16 qv[MAXG * NV], o[MAXG * NV];
     float m[MAXG];
     float16 l[MAXG]; /* per token slot; summed once at the end */
+#if CPU256
+    float8 m8[MAXG / 8], l8[MAXG / 8]; /* QK8 path: 8 heads per lane vector */
+    for (int i = 0; i < MAXG / 8; ++i) {
+        m8[i] = -INFINITY;
+        l8[i] = 0.0f;
+    }
+#endif
     for (int g = 0; g < G; ++g) {
         __global const half* qrow = q + (size_t)(kvh * G + g) * D;
         UNROLL for (int c = 0; c < NV; ++c) {
@@ -393,21 +432,60 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
     for (int b = t0; b < t1; b += BT) {
         const int nb = min(BT, t1 - b);
         __global const half* kblk = kb + (size_t)b * D;
-        /* Q K^T, heads 4 (then 2, then 1) at a time */
+        /* Q K^T, heads 8 at a time when G is a multiple of 8 (CPU256), else 4 (then 2, then 1) at a time */
 #if CPU256
-        PASTE(stage_d, D)(kv32, kblk, nb);
+        if (!qk8)
+            PASTE(stage_d, D)(kv32, kblk, nb);
         const float* ksrc = kv32;
         /* PREFETCH: the next block's K rows are prefetched while the first head group's Q K^T runs, its V rows
          * while the first group's P V runs, a few lines per pass (a burst of the whole block at once gained nothing),
-         * so that stage_d finds them in cache: without it the core stalled on each block's loads, then computed,
+         * so that the loads find them in cache: without it the core stalled on each block's loads, then computed,
          * with little overlap. A partial next block prefetches whole rows past t1, which x86 prefetches allow. */
         __global const half* next = PREFETCH && b + BT < t1 ? kblk + BT * D : 0;
 #define PF_ARG(first) , (first) ? next : 0
+#define PV_PA_STRIDES , BT, 1
 #else
+#define PV_PA_STRIDES
         __global const half* ksrc = kblk;
 #define PF_ARG(first)
 #endif
         int g = 0;
+#if CPU256
+        if (qk8) {
+            for (int g8 = 0; g8 < G; g8 += 8) {
+                float8 st[BT];
+                PASTE(scores8_d, D)(st, qv + g8 * NV, kblk, nb, zero, g8 == 0 ? next : 0);
+                /* online softmax of the 8 heads at once (one float8 per token; m8, l8: the heads' running max and
+                 * sum in the lanes), the probabilities stored token-major (pa[g8 BT + t 8 + h]) for P V's
+                 * broadcasts; rows past the end masked. NaN and +inf scores give NaN as in the per-head path. */
+                UNROLL for (int t = 1; t < BT; ++t)
+                    st[t] = t < nb ? st[t] : (float8)(-INFINITY);
+                float8 mx = st[0];
+                UNROLL for (int t = 1; t < BT; ++t)
+                    mx = st[t] > mx ? st[t] : mx;
+                const float8 mo = m8[g8 / 8], mn = fmax(mo, mx);
+                float8 lsum = 0.0f;
+                UNROLL for (int t = 0; t < BT; t += 2) {
+                    const float16 p2 = exp2_nonpos((float16)(st[t], st[t + 1]) - (float16)(mn, mn));
+                    vstore16(p2, t / 2, pa + g8 * BT); /* pa[g8 BT + t 8 + h] */
+                    lsum += p2.lo + p2.hi;
+                }
+                const int8 rose = mn > mo;
+                if (any(rose)) { /* rescale the heads whose running max rose (0 on the first block: m = -inf) */
+                    const float8 alpha = select((float8)1.0f, exp2_nonpos((float16)(mo - mn, mo - mn)).lo, rose);
+                    float af[8];
+                    vstore8(alpha, 0, af);
+                    l8[g8 / 8] *= alpha;
+                    UNROLL for (int h = 0; h < 8; ++h)
+                        UNROLL for (int c = 0; c < NV; ++c)
+                            o[(g8 + h) * NV + c] *= af[h];
+                    m8[g8 / 8] = mn;
+                }
+                l8[g8 / 8] += lsum;
+            }
+            g = G;
+        }
+#endif
         for (; g + 4 <= G; g += 4)
             PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 4, zero PF_ARG(g == 0));
         if (g + 2 <= G) {
@@ -417,7 +495,7 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
         if (g < G)
             PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 1, zero PF_ARG(g == 0));
         /* online softmax per head */
-        for (g = 0; g < G; ++g) {
+        for (g = 0; g < (qk8 ? 0 : G); ++g) {
             const float16* sg = s4 + g * 4;
 #if CPU256
             const float16 s = select(sg[0], (float16)(-INFINITY), token >= (int16)nb);
@@ -445,19 +523,33 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
 #else
         __global const half* vsrc = vb + (size_t)b * D;
 #endif
-        for (g = 0; g + 4 <= G; g += 4)
-            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 4 PF_ARG(g == 0));
+#if CPU256
+        if (qk8) {
+            for (g = 0; g < G; g += 4) /* pa in the lane layout: head h, token t at pa[(h & ~7) BT + t 8 + (h & 7)] */
+                PASTE(pv_heads_d, D)(o + g * NV, pa + (g & ~7) * BT + (g & 7), vsrc, nb, 4, g == 0 ? next : 0, 1, 8);
+        }
+#endif
+        for (g = qk8 ? G : 0; g + 4 <= G; g += 4)
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 4 PF_ARG(g == 0) PV_PA_STRIDES);
         if (g + 2 <= G) {
-            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 2 PF_ARG(g == 0));
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 2 PF_ARG(g == 0) PV_PA_STRIDES);
             g += 2;
         }
         if (g < G)
-            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 1 PF_ARG(g == 0));
+            PASTE(pv_heads_d, D)(o + g * NV, pa + g * BT, vsrc, nb, 1 PF_ARG(g == 0) PV_PA_STRIDES);
 #undef PF_ARG
+#undef PV_PA_STRIDES
     }
+#if CPU256
+    if (qk8)
+        for (int i = 0; i < G / 8; ++i) {
+            vstore8(m8[i], i, m);
+            vstore8(l8[i], i, (float*)l); /* l[0 .. G / 8) as floats: the per-head totals */
+        }
+#endif
     for (int g = 0; g < G; ++g) {
         const int hq = kvh * G + g;
-        const float lt = hsum16(l[g]);
+        const float lt = qk8 ? ((const float*)l)[g] : hsum16(l[g]);
         if (direct) {
             const float inv = 1.0f / lt;
             UNROLL for (int c = 0; c < NV; ++c)
@@ -473,9 +565,26 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS)
     }
 }
 
-__kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS) { PASTE(split_cpu_d, D)(SPLIT_ARGS); }
+__kernel void PASTE(decode_attention_d, D)(SPLIT_PARAMS) { PASTE(split_cpu_d, D)(SPLIT_ARGS, false); }
 
-__kernel void PASTE(decode_attention_at_d, D)(SPLIT_AT_PARAMS) { SPLIT_AT_LENGTH; PASTE(split_cpu_d, D)(SPLIT_ARGS); }
+__kernel void PASTE(decode_attention_at_d, D)(SPLIT_AT_PARAMS)
+{
+    SPLIT_AT_LENGTH;
+    PASTE(split_cpu_d, D)(SPLIT_ARGS, false);
+}
+
+#if CPU256
+/* G a multiple of 8 (xe2rt.ops.decode_attention.kernel_names takes these then): Q K^T and the online softmax 8 heads
+ * at a time with the heads in the lanes (scores8_d). Separate kernels, so that each JIT compiles one of the two
+ * paths (both in one kernel doubled its CPU-runtime compile time, to 6 s at D 128). */
+__kernel void PASTE(decode_attention_g8_d, D)(SPLIT_PARAMS) { PASTE(split_cpu_d, D)(SPLIT_ARGS, true); }
+
+__kernel void PASTE(decode_attention_at_g8_d, D)(SPLIT_AT_PARAMS)
+{
+    SPLIT_AT_LENGTH;
+    PASTE(split_cpu_d, D)(SPLIT_ARGS, true);
+}
+#endif
 
 /* One work-item per query head. */
 __kernel void PASTE(decode_attention_reduce_d, D)(REDUCE_PARAMS)

@@ -401,3 +401,44 @@ def test_aot_report(tmp_path, cli, built):
     assert sg["simd_size"] == 16 and sg["reqd_sub_group_size"] == 16 and sg["spill_size"] == 0
     assert report["kernels"]["group_sum"]["slm_size"] == 0  # dynamic local memory is sized at launch
     assert report["kernels"]["group_sum"]["hot_loop"]["instructions"] > 0  # the tree loop
+
+
+PREFETCH_KERNEL = """
+void pf_line(const __global void* p, int rw, int locality, int cache) __asm__("llvm.prefetch.p1i8");
+__kernel void sum_ahead(__global const float* a, __global float* out, int n)
+{
+    float s = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        if (i % 16 == 0)
+            pf_line(a + i + 64, 0, 3, 1); /* 4 lines ahead; past the end is allowed: prefetches never fault */
+        s += a[i];
+    }
+    out[0] = s;
+}
+"""
+
+
+def test_prefetch_intrinsic_is_an_instruction(tmp_path):
+    """LLVM's prefetch intrinsic declared by name (decode_attention_cpu256 does) passes llvm-spirv
+    (toolchain.SPIRV_OPTIONS allows llvm.prefetch), and the CPU runtime makes it the x86 instruction itself, where
+    OpenCL's prefetch() is a library call (__lprefetch): read in the runtime's own x86 dump, in a fresh process
+    (CL_CONFIG_DUMP_ASM is read when the runtime starts). The kernel's result is checked too."""
+    (tmp_path / "pf.cl").write_text(PREFETCH_KERNEL)
+    script = f"""
+import numpy as np, dpctl, dpnp, xe2rt
+q = dpctl.SyclQueue("opencl:cpu")
+m = xe2rt.Module.from_source(open({str(tmp_path / "pf.cl")!r}).read(), queue=q)
+a = dpnp.asarray(np.arange(1000, dtype=np.float32), sycl_queue=q)
+out = dpnp.zeros(1, dtype=np.float32, sycl_queue=q)
+m.kernel("sum_ahead")(a, out, 1000, global_size=(1,), local_size=(1,)).wait()
+print(float(out.asnumpy()[0]))
+"""
+    env = dict(os.environ, CL_CONFIG_DUMP_ASM="True", CL_CONFIG_DUMP_FILE_NAME_PREFIX=str(tmp_path / "dump"),
+               XE2RT_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout.split()[-1]) == float(np.arange(1000).sum())
+    dumps = [p.read_text() for p in tmp_path.glob("dump*.s")]
+    assert dumps, f"the CPU runtime wrote no x86 dump: {sorted(os.listdir(tmp_path))}"
+    text = "\n".join(dumps)
+    assert "prefetcht0" in text and "__lprefetch" not in text

@@ -43,6 +43,24 @@ def test_family_follows_the_host_isa(queue):
     assert op.family(queue, "bmg") == op.family(queue, "lnl") == op.FAMILY
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_heads_in_lanes_kernels_only_for_g_multiple_of_8(queue, target):
+    """decode_attention_cpu256 has decode_attention_g8_* (Q K^T and the softmax 8 heads at a time), taken exactly when
+    G is a multiple of 8; the default cpu family and the Xe2 binaries have none, and their names never change."""
+    from xe2rt.ops.common import program_for
+    families = (op.FAMILY, op.CPU256_FAMILY) if target == "cpu" else (op.FAMILY,)
+    for family in families:
+        program = program_for(queue, family, target)
+        lanes = family == op.CPU256_FAMILY
+        assert any("_g8_" in n for n in program.kernel_names) == lanes
+        for g in (1, 3, 4, 8, 12, 16):
+            split, split_at, merge = op.kernel_names(128, g, program)
+            g8 = lanes and g % 8 == 0
+            assert (split, split_at) == ((f"decode_attention_g8_d128", "decode_attention_at_g8_d128") if g8 else
+                                         ("decode_attention_d128", "decode_attention_at_d128"))
+            assert merge == "decode_attention_reduce_d128"
+
+
 def _inputs(queue, hq=8, hkv=2, d=64, t=40, seed=3):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((hq, d), dtype=np.float32).astype(np.float16)
@@ -85,14 +103,15 @@ def test_out_warm_calls_and_bind(queue, target):
     _close(plan(), q3, k, v, 39)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_device_length_one_plan_serves_every_length(queue, target):
+@pytest.mark.parametrize("target,hq", [(t, 4) for t in TARGETS] + [("cpu", 8)] * ("cpu" in TARGETS))
+def test_device_length_one_plan_serves_every_length(queue, target, hq):
     """A length in device memory (read when the kernel runs): one plan, bound once, for every length up to
-    max_length, split (S > 1: the chunk is derived in the kernel) or not; values outside [1, max_length] clamp."""
+    max_length, split (S > 1: the chunk is derived in the kernel) or not; values outside [1, max_length] clamp.
+    G = 8 on the cpu: decode_attention_at_g8_d128 where the host takes decode_attention_cpu256."""
     t = 1100 if target == "cpu" else 300  # S = 4 on a 2-unit cpu (FILL 4, Hkv 1), S = 5 on Xe2 (MIN_CHUNK 64)
-    (q, k, v), (qd, kd, vd) = _inputs(queue, hq=4, hkv=1, d=128, t=t, seed=5)
+    (q, k, v), (qd, kd, vd) = _inputs(queue, hq=hq, hkv=1, d=128, t=t, seed=5)
     length = dpnp.zeros(1, dtype=np.int32, sycl_queue=queue)
-    out = dpnp.empty((4, 128), dtype=np.float16, sycl_queue=queue)
+    out = dpnp.empty((hq, 128), dtype=np.float16, sycl_queue=queue)
     plan = xe2rt.bind(xe2rt.decode_attention, qd, kd, vd, length, max_length=t, out=out, target=target)
     assert plan.launches == 2  # split: partials and the reduce
     for n in (1, 17, t // 2 + 3, t - 1, t):

@@ -17,7 +17,7 @@ SPIRV_VAL = "spirv-val"
 # unstructured merge blocks); both the Intel CPU runtime and IGC optimize the SPIR-V themselves.
 CLANG_OPTIONS = ["-cl-std=CL2.0", "-target", "spir64", "-O2", "-Xclang", "-disable-llvm-passes",
                  "-Xclang", "-no-opaque-pointers", "-emit-llvm"]
-SPIRV_OPTIONS = ["--spirv-ext=+SPV_INTEL_subgroups", "--spirv-allow-unknown-intrinsics=llvm.x86"]
+SPIRV_OPTIONS = ["--spirv-ext=+SPV_INTEL_subgroups", "--spirv-allow-unknown-intrinsics=llvm.x86,llvm.prefetch"]
 # The reflection build (xe2rt.build.reflect reads argument names and C types from it): clang keeps the names only
 # with -cl-kernel-arg-info, llvm-spirv keeps the C types as OpStrings only when asked. Both add to the module, so the
 # shipped binary is built without them and the reflection build must agree with it on everything else.

@@ -438,7 +438,7 @@ class DecoderLM:
         norm = xe2rt.bind(rms_norm, delta, w["norm"], eps=cfg.eps, residual=xs[cur], out=(y, xs[1 - cur]))
         head = xe2rt.bind(self._linear, y, w["lm_head"], out=logits)
         from ..ops import decode_attention as attention
-        attention.build_kernels(q, d)  # the merge kernel too: a later bucket of lengths may need splits
+        attention.build_kernels(q, d, hq // hkv)  # the merge kernel too: a later bucket of lengths may need splits
         self._dec = {"x": xs[0], "poslen": poslen, "q": qv.reshape(hq, d), "attn": attn, "layers": layers,
                      "x_memory": launch.memory_at(xs[0].get_array()),
                      "poslen_memory": launch.memory_at(poslen.get_array()),

@@ -189,7 +189,7 @@ def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, ma
         split_geometry, reduce_geometry = (hkv * s * local, local), (hq * c["SG"], c["SG"])
     else:
         split_geometry, reduce_geometry = (hkv * s, 1), (hq, 1)
-    split_name, split_at_name, reduce_name = kernel_names(d)
+    split_name, split_at_name, reduce_name = kernel_names(d, g, program)
     if length_at is None:
         split = [program.kernel(split_name),
                  [q, k_cache, v_cache, workspace, y, g, hq, s, max_tokens, length, chunk, qscale, int(s == 1)]]
@@ -205,19 +205,23 @@ def run(q, k_cache, v_cache, length, workspace=None, *, scale=None, out=None, ma
     return y, events[-1]
 
 
-def build_kernels(queue, d: int, target: str | None = None) -> None:
-    """Build the three kernels a decode loop at head_dim d may launch (the split kernel with an int or a device
-    length, and the merge that runs once a length needs more than one split), so that the first step whose length
-    needs the merge does not build it in the middle of a decode (xe2rt.models.llm calls this when it binds a step)."""
+def build_kernels(queue, d: int, g: int, target: str | None = None) -> None:
+    """Build the three kernels a decode loop at head_dim d and G query heads per kv head may launch (the split kernel
+    with an int or a device length, and the merge that runs once a length needs more than one split), so that the
+    first step whose length needs the merge does not build it in the middle of a decode (xe2rt.models.llm calls this
+    when it binds a step)."""
     chosen = targets.resolve(queue.sycl_device, target)
     program = program_for(queue, family(queue, chosen), chosen)
-    for name in kernel_names(d):
+    for name in kernel_names(d, g, program):
         program.kernel(name)
 
 
-def kernel_names(d: int) -> tuple[str, str, str]:
-    """(split kernel with an int length, split kernel reading a device length, merge) for head_dim d."""
-    return f"decode_attention_d{d}", f"decode_attention_at_d{d}", f"decode_attention_reduce_d{d}"
+def kernel_names(d: int, g: int, program) -> tuple[str, str, str]:
+    """(split kernel with an int length, split kernel reading a device length, merge) for head_dim d and G query
+    heads per kv head: the heads-in-lanes kernels (decode_attention_g8_*, decode_attention_cpu256 only) when G is a
+    multiple of 8 and the program has them."""
+    g8 = "g8_" if g % 8 == 0 and f"decode_attention_g8_d{d}" in program.kernel_names else ""
+    return f"decode_attention_{g8}d{d}", f"decode_attention_at_{g8}d{d}", f"decode_attention_reduce_d{d}"
 
 
 def _with_workspace(q, k_cache, v_cache, length, workspace, *, scale=None, out=None, max_length=None,
