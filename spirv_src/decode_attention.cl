@@ -52,7 +52,7 @@
 #define PV_TOKEN_UNROLL
 #endif
 #ifndef CPU256
-#define CPU256 0 /* the cpu kernels shaped for 16 ymm registers, K / V staged as float (decode_attention_body.h) */
+#define CPU256 0 /* the cpu kernels shaped for 16 ymm registers (decode_attention_body.h) */
 #endif
 
 #define INLINE static inline __attribute__((always_inline))

@@ -237,21 +237,15 @@ INLINE float8 token_sums8(const float8* x)
 }
 #endif
 
-/* CPU256 (variant decode_attention_cpu256, hosts with 16 vector registers of 8 floats): each 16-token block's V rows
- * (and its K rows, unless G is a multiple of 8: scores8_d) are converted to float once into a private array (stage_d,
- * at most BT x D floats, L1-resident), and every group of 4 heads reads them from there as memory operands. */
-INLINE void PASTE(stage_d, D)(float* dst, __global const half* src, int nb)
-{
-    NOUNROLL for (int t = 0; t < nb; ++t)
-        UNROLL for (int c = 0; c < 2 * NV; ++c)
-            vstore8(vload_half8(c, src + (size_t)t * D), t * 2 * NV + c, dst);
-}
-
-/* Q K^T (CPU256) for `ch` heads from the staged block: two tokens at a time, each 8-element K piece fma'd into the ch
- * heads' float8 accumulators (2 ch ymm), q as memory operands read once for both tokens; the partial dots go to a
- * small array and token_sums8 reduces each head's 16 to one float16 of scores, stored at s4[h * 4]. Rows past the
+/* CPU256 (variant decode_attention_cpu256, hosts with 16 vector registers of 8 floats): every head group reads the
+ * block's K and V rows from the cache (in L1 after the prefetch), converting 8 or 16 halves per load. Sessions 36-39
+ * converted each block once into a private float array that the groups read instead (stage_d); with the prefetch an
+ * instruction, that copy cost more than the repeated conversions at G 4 and G 8 (session 40, docs/attention.md). */
+/* Q K^T (CPU256) for `ch` heads over the block at kblk: two tokens at a time, each 8-element K piece converted and
+ * fma'd into the ch heads' float8 accumulators (2 ch ymm), q as memory operands read once for both tokens; the
+ * partial dots go to a small array and token_sums8 reduces each head's 16 to one float16 of scores, stored at s4[h * 4]. Rows past the
  * end repeat the last valid one: their scores are masked. pf (or 0): the rows to prefetch, two per pass. */
-INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, const float* kblk, int nb, const int ch,
+INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global const half* kblk, int nb, const int ch,
                                        int zero, __global const half* pf)
 {
     float8 x[4 * BT];
@@ -259,19 +253,23 @@ INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, const float
         if (pf)
             PREFETCH_HALFS(pf + (size_t)t * D, 2 * D);
         const float8* qu = (const float8*)qv + (t & zero);
-        const float8* kr0 = (const float8*)(kblk + (size_t)min(t, nb - 1) * D);
-        const float8* kr1 = (const float8*)(kblk + (size_t)min(t + 1, nb - 1) * D);
+        __global const half* kr0 = kblk + (size_t)min(t, nb - 1) * D;
+        __global const half* kr1 = kblk + (size_t)min(t + 1, nb - 1) * D;
         float8 a0[4], a1[4];
-        UNROLL for (int h = 0; h < ch; ++h) {
-            const float8 qc = qu[h * 2 * NV];
-            a0[h] = qc * kr0[0];
-            a1[h] = qc * kr1[0];
+        {
+            const float8 k0 = vload_half8(0, kr0), k1 = vload_half8(0, kr1);
+            UNROLL for (int h = 0; h < ch; ++h) {
+                const float8 qc = qu[h * 2 * NV];
+                a0[h] = qc * k0;
+                a1[h] = qc * k1;
+            }
         }
         UNROLL for (int c = 1; c < 2 * NV; ++c) {
+            const float8 k0 = vload_half8(c, kr0), k1 = vload_half8(c, kr1);
             UNROLL for (int h = 0; h < ch; ++h) {
                 const float8 qc = qu[h * 2 * NV + c];
-                a0[h] = fma(qc, kr0[c], a0[h]);
-                a1[h] = fma(qc, kr1[c], a1[h]);
+                a0[h] = fma(qc, k0, a0[h]);
+                a1[h] = fma(qc, k1, a1[h]);
             }
         }
         UNROLL for (int h = 0; h < ch; ++h) {
@@ -285,7 +283,7 @@ INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, const float
 
 /* Q K^T (CPU256, G a multiple of 8) for 8 heads straight from the fp16 cache: one token per pass, each 8-element K
  * piece converted once and fma'd into the 8 heads' accumulators, q as memory operands (9 instructions per 8 fmas
- * against 14 for scores_heads_d, and no staging of K). token_sums8 then reduces the 8 heads' partial dots, in
+ * against 14 for scores_heads_d). token_sums8 then reduces the 8 heads' partial dots, in
  * registers, to st[t]: token t's scores of the 8 heads, one float8, the layout the softmax after it works in. Each
  * score is the same products summed in the same order as scores_heads_d's. pf (or 0): one row to prefetch per pass. */
 INLINE void PASTE(scores8_d, D)(float8* st, const float16* qv, __global const half* kblk, int nb, int zero,
@@ -309,9 +307,9 @@ INLINE void PASTE(scores8_d, D)(float8* st, const float16* qv, __global const ha
     }
 }
 
-/* P V (CPU256) for `ch` heads from the staged block: one float16 of each V row per pass (4 heads x 2 ymm
+/* P V (CPU256) for `ch` heads over the block at vblk: one float16 of each V row per pass, converted (4 heads x 2 ymm
  * accumulators), the token loop unrolled PV_UNROLL times. pf (or 0): the rows to prefetch, BT / NV per pass. */
-INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, const float* vblk, int nb, const int ch,
+INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, __global const half* vblk, int nb, const int ch,
                                    __global const half* pf, const int hs, const int ts)
 {
     UNROLL for (int part = 0; part < NV; ++part) {
@@ -321,7 +319,7 @@ INLINE void PASTE(pv_heads_d, D)(float16* o, const float* pa, const float* vblk,
         UNROLL for (int h = 0; h < ch; ++h)
             acc[h] = o[h * NV + part];
         PV_TOKEN_UNROLL for (int t = 0; t < nb; ++t) {
-            const float16 v = vload16(part, vblk + (size_t)t * D);
+            const float16 v = vload_half16(part, vblk + (size_t)t * D);
             UNROLL for (int h = 0; h < ch; ++h)
                 acc[h] = fma((float16)pa[h * hs + t * ts], v, acc[h]);
         }
@@ -425,18 +423,12 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS, const bool qk8)
     const int16 token = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     float16 s4[MAXG * 4];
     float pa[MAXG * BT];
-#if CPU256
-    float kv32[BT * D]; /* the block's K, then V rows as float (stage_d) */
-#endif
     const int zero = G >> 5; /* 0 (G <= 16), opaque to the compiler */
     for (int b = t0; b < t1; b += BT) {
         const int nb = min(BT, t1 - b);
         __global const half* kblk = kb + (size_t)b * D;
         /* Q K^T, heads 8 at a time when G is a multiple of 8 (CPU256), else 4 (then 2, then 1) at a time */
 #if CPU256
-        if (!qk8)
-            PASTE(stage_d, D)(kv32, kblk, nb);
-        const float* ksrc = kv32;
         /* PREFETCH: the next block's K rows are prefetched while the first head group's Q K^T runs, its V rows
          * while the first group's P V runs, a few lines per pass (a burst of the whole block at once gained nothing),
          * so that the loads find them in cache: without it the core stalled on each block's loads, then computed,
@@ -446,7 +438,6 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS, const bool qk8)
 #define PV_PA_STRIDES , BT, 1
 #else
 #define PV_PA_STRIDES
-        __global const half* ksrc = kblk;
 #define PF_ARG(first)
 #endif
         int g = 0;
@@ -487,13 +478,13 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS, const bool qk8)
         }
 #endif
         for (; g + 4 <= G; g += 4)
-            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 4, zero PF_ARG(g == 0));
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, kblk, nb, 4, zero PF_ARG(g == 0));
         if (g + 2 <= G) {
-            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 2, zero PF_ARG(g == 0));
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, kblk, nb, 2, zero PF_ARG(g == 0));
             g += 2;
         }
         if (g < G)
-            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, ksrc, nb, 1, zero PF_ARG(g == 0));
+            PASTE(scores_heads_d, D)(s4 + g * 4, qv + g * NV, kblk, nb, 1, zero PF_ARG(g == 0));
         /* online softmax per head */
         for (g = 0; g < (qk8 ? 0 : G); ++g) {
             const float16* sg = s4 + g * 4;
@@ -516,14 +507,9 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS, const bool qk8)
             vstore16(p, g, pa);
         }
         /* P V, heads 4 (then 2, then 1) at a time; rows past the end are never read */
-#if CPU256
-        PASTE(stage_d, D)(kv32, vb + (size_t)b * D, nb);
-        const float* vsrc = kv32;
-        next = PREFETCH && b + BT < t1 ? vb + (size_t)(b + BT) * D : 0;
-#else
         __global const half* vsrc = vb + (size_t)b * D;
-#endif
 #if CPU256
+        next = PREFETCH && b + BT < t1 ? vb + (size_t)(b + BT) * D : 0;
         if (qk8) {
             for (g = 0; g < G; g += 4) /* pa in the lane layout: head h, token t at pa[(h & ~7) BT + t 8 + (h & 7)] */
                 PASTE(pv_heads_d, D)(o + g * NV, pa + (g & ~7) * BT + (g & 7), vsrc, nb, 4, g == 0 ? next : 0, 1, 8);
