@@ -243,8 +243,9 @@ INLINE float8 token_sums8(const float8* x)
  * instruction, that copy cost more than the repeated conversions at G 4 and G 8 (session 40, docs/attention.md). */
 /* Q K^T (CPU256) for `ch` heads over the block at kblk: two tokens at a time, each 8-element K piece converted and
  * fma'd into the ch heads' float8 accumulators (2 ch ymm), q as memory operands read once for both tokens; the
- * partial dots go to a small array and token_sums8 reduces each head's 16 to one float16 of scores, stored at s4[h * 4]. Rows past the
- * end repeat the last valid one: their scores are masked. pf (or 0): the rows to prefetch, two per pass. */
+ * partial dots go to a small array and token_sums8 reduces each head's 16 to one float16 of scores, stored at
+ * s4[h * 4]. Rows past the end repeat the last valid one: their scores are masked. pf (or 0): the rows to prefetch,
+ * two per pass. */
 INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global const half* kblk, int nb, const int ch,
                                        int zero, __global const half* pf)
 {
@@ -283,9 +284,9 @@ INLINE void PASTE(scores_heads_d, D)(float16* s4, const float16* qv, __global co
 
 /* Q K^T (CPU256, G a multiple of 8) for 8 heads straight from the fp16 cache: one token per pass, each 8-element K
  * piece converted once and fma'd into the 8 heads' accumulators, q as memory operands (9 instructions per 8 fmas
- * against 14 for scores_heads_d). token_sums8 then reduces the 8 heads' partial dots, in
- * registers, to st[t]: token t's scores of the 8 heads, one float8, the layout the softmax after it works in. Each
- * score is the same products summed in the same order as scores_heads_d's. pf (or 0): one row to prefetch per pass. */
+ * against 14 for scores_heads_d). token_sums8 then reduces the 8 heads' partial dots, in registers, to st[t]: token
+ * t's scores of the 8 heads, one float8, the layout the softmax after it works in. Each score is the same products
+ * summed in the same order as scores_heads_d's. pf (or 0): one row to prefetch per pass. */
 INLINE void PASTE(scores8_d, D)(float8* st, const float16* qv, __global const half* kblk, int nb, int zero,
                                  __global const half* pf)
 {
@@ -405,7 +406,8 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS, const bool qk8)
     float m[MAXG];
     float16 l[MAXG]; /* per token slot; summed once at the end */
 #if CPU256
-    float8 m8[MAXG / 8], l8[MAXG / 8]; /* QK8 path: 8 heads per lane vector */
+    float8 m8[MAXG / 8], l8[MAXG / 8]; /* the g8 kernels: running max and sum, 8 heads per vector */
+    float l8f[MAXG];                    /* their per-head sums at the end */
     for (int i = 0; i < MAXG / 8; ++i) {
         m8[i] = -INFINITY;
         l8[i] = 0.0f;
@@ -530,12 +532,16 @@ INLINE void PASTE(split_cpu_d, D)(SPLIT_PARAMS, const bool qk8)
     if (qk8)
         for (int i = 0; i < G / 8; ++i) {
             vstore8(m8[i], i, m);
-            vstore8(l8[i], i, (float*)l); /* l[0 .. G / 8) as floats: the per-head totals */
+            vstore8(l8[i], i, l8f);
         }
 #endif
     for (int g = 0; g < G; ++g) {
         const int hq = kvh * G + g;
-        const float lt = qk8 ? ((const float*)l)[g] : hsum16(l[g]);
+#if CPU256
+        const float lt = qk8 ? l8f[g] : hsum16(l[g]);
+#else
+        const float lt = hsum16(l[g]);
+#endif
         if (direct) {
             const float inv = 1.0f / lt;
             UNROLL for (int c = 0; c < NV; ++c)
