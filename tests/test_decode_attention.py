@@ -56,7 +56,7 @@ def test_heads_in_lanes_kernels_only_for_g_multiple_of_8(queue, target):
         for g in (1, 3, 4, 8, 12, 16):
             split, split_at, merge = op.kernel_names(128, g, program)
             g8 = lanes and g % 8 == 0
-            assert (split, split_at) == ((f"decode_attention_g8_d128", "decode_attention_at_g8_d128") if g8 else
+            assert (split, split_at) == (("decode_attention_g8_d128", "decode_attention_at_g8_d128") if g8 else
                                          ("decode_attention_d128", "decode_attention_at_d128"))
             assert merge == "decode_attention_reduce_d128"
 

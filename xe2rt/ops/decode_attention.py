@@ -23,7 +23,8 @@ Decomposition (spirv_src/decode_attention.cl):
                       global Hkv S local; D across lanes, K / V rows by sub-group block reads.
                  cpu: one work-item -> local 1, global Hkv S; rows as float16 vectors (vload_half16). On hosts
                       without AVX-512 the same geometry from decode_attention_cpu256 (family(): registers of 8
-                      floats, spirv_src/decode_attention.toml).
+                      floats, spirv_src/decode_attention.toml), whose kernels for G a multiple of 8 are
+                      decode_attention_g8_d<D> / decode_attention_at_g8_d<D> (kernel_names: 8 heads per pass).
   launch 2     decode_attention_reduce_d<D>: per query head M = max m_s, out = sum 2^(m_s - M) o_s /
                sum 2^(m_s - M) l_s.  Xe2: a sub-group per head (global 16 Hq, local 16); cpu: a work-item per head.
   S == 1       (short contexts, and long ones on small cpus) launch 1 normalizes and writes out itself: one launch.
