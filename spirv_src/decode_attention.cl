@@ -32,7 +32,7 @@
  * cpu, 16 ymm registers (CPU256 = 1, PV_VECS = 1: variant decode_attention_cpu256, taken on hosts without AVX-512):
  *   the same decomposition with Q K^T in float8 pieces (two tokens x the group's heads as float8 accumulators, the
  *   16 partial dots reduced by unpack / add shuffles, token_sums8) and P V one float16 of the V row per pass (4 heads
- *   x 2 ymm accumulators, the token loop unrolled 4 times: PV_UNROLL), so that neither spills on AVX2's 16
+ *   x 2 ymm accumulators, the token loop unrolled PV_UNROLL times), so that neither spills on AVX2's 16
  *   registers. For G a multiple of 8 it has kernels of their own (decode_attention_g8_d<D>, at_g8): Q K^T for 8
  *   heads per pass from the fp16 cache (scores8_d) and the online softmax with the 8 heads in the lanes.
  */
