@@ -6,6 +6,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -150,30 +151,66 @@ def test_sub_device_queues_load_programs_made_for_every_device_of_their_context(
 
 
 CONCURRENT = r'''
+import os, sys, time
+from pathlib import Path
 import numpy as np, dpctl, dpnp, xe2rt
 from xe2rt import program_cache
 q = dpctl.SyclQueue("opencl:cpu")
 x = dpnp.asarray(np.linspace(-2, 2, 3 * 2048, dtype=np.float16).reshape(3, 2048), sycl_queue=q)
 w = dpnp.asarray(np.linspace(0.5, 1.5, 2048, dtype=np.float16), sycl_queue=q)
+if len(sys.argv) > 1:  # a barrier: both processes call the op within milliseconds of each other
+    ready = Path(sys.argv[1])
+    (ready / str(os.getpid())).touch()
+    deadline = time.monotonic() + 120
+    while len(list(ready.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.002)
 out = dpnp.asnumpy(xe2rt.rms_norm(x, w, eps=1e-5, target="cpu"))
-print(program_cache.stats["hits"] + program_cache.stats["stores"], out.astype(np.float32).sum())
+print(program_cache.stats["hits"], program_cache.stats["stores"], out.astype(np.float32).sum())
 '''
 
 
-def test_processes_building_the_same_program_at_once_leave_one_whole_file(cpu_cache, tmp_path):
-    """Two processes with an empty cache build and store the same program at the same time: each writes its own
-    temporary file and renames it into place, so the file left is whole and a third process loads it."""
+def test_processes_wanting_the_same_program_at_once_build_it_once(cpu_cache, tmp_path):
+    """Two processes with an empty cache want the same program at the same moment (a barrier before the op). One
+    builds and stores it under the program's lock; the other waits for the lock and loads it (without the lock both
+    build: the build takes far longer than the barrier's skew). The file left is whole and a third process loads
+    it; the three outputs are equal."""
     env = dict(os.environ, XE2RT_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("XE2RT_PROGRAM_CACHE", None)
-    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for _ in range(2)]
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, str(ready)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    counts = [tuple(map(int, out.split()[:2])) for out, _ in outs]  # (hits, stores) of each process
+    programs = sum(stores for _, stores in counts)
+    assert programs >= 1 and sorted(counts) == [(0, programs), (programs, 0)], counts  # built once, loaded once
     files = list((tmp_path / "cache" / "programs").glob("*"))
-    assert files and all(f.suffix == ".bin" for f in files), files  # no temporary file left behind
+    assert {f.suffix for f in files} == {".bin", ".lock"}, files  # no temporary file left behind
+    assert len([f for f in files if f.suffix == ".bin"]) == programs, files
     third = subprocess.run([sys.executable, "-c", CONCURRENT + "print(program_cache.stats)"], capture_output=True,
                            text=True, env=env, timeout=300)
     assert third.returncode == 0, third.stderr[-2000:]
     stats = ast.literal_eval(third.stdout.splitlines()[-1])
-    assert stats["hits"] >= 1 and stats["stores"] == stats["rejected"] == 0, stats
-    assert len({out.split()[1] for out, _ in outs} | {third.stdout.split()[1]}) == 1, (outs, third.stdout)
+    assert stats["hits"] == programs and stats["stores"] == stats["rejected"] == 0, stats
+    assert len({out.split()[2] for out, _ in outs} | {third.stdout.split()[2]}) == 1, (outs, third.stdout)
+
+
+def test_a_lock_held_too_long_gives_way_to_a_build(queue, cpu_cache, tmp_path, monkeypatch):
+    """A process that holds a program's lock past LOCK_WAIT_S (hung, or a very slow build) does not stall another:
+    the other builds without the lock."""
+    import fcntl
+    monkeypatch.setenv("XE2RT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(program_cache, "LOCK_WAIT_S", 0.3)
+    spirv = b"not built: the build function below is what runs"
+    path = program_cache.folder() / f"{program_cache.key(queue, spirv, '')}.lock"
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # this descriptor holds it; load_or_build opens its own
+        start = time.monotonic()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # storing "built" fails (not a program): warned, not the point here
+            assert program_cache.load_or_build(queue, spirv, "", lambda: "built", "k") == "built"
+        assert 0.3 <= time.monotonic() - start < 5
+    finally:
+        os.close(holder)

@@ -11,7 +11,10 @@ Key: sha256 over this format's number, the SPIR-V's bytes, the build options, th
 the platform's version, the host CPU's feature flags (the runtime compiles for the host's instruction set), and every
 CL_CONFIG_* variable set (they change the CPU runtime's code). A file is `<key>.bin` under `programs/` in the cache
 folder (XE2RT_CACHE_DIR, default ~/.cache/xe2rt), its first 32 bytes the sha256 of the rest; it is written under a
-temporary name and renamed into place, so processes that build the same program at once both leave a whole file.
+temporary name and renamed into place, so a file is always whole. A process about to build a program holds an
+exclusive lock on `<key>.lock` beside it (`fcntl.flock`, released by the kernel if the process dies) and looks for the
+file again once it has the lock: processes that want the same program at once (MPI ranks of one node, test workers)
+build it once, the others wait and load it. A wait longer than LOCK_WAIT_S ends in a build of its own.
 
 A program is made from the binary for every device of the queue's context (all CPU devices: the root device, or
 sub-devices of it, which run the same code). The cache never fails a build: a file that is short, altered or refused
@@ -25,12 +28,19 @@ import ctypes
 import hashlib
 import os
 import tempfile
+import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import dpctl
 
 from . import _compat, config
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: processes there may build the same program at once, as before
+    fcntl = None
 
 FORMAT = 1
 CL_SUCCESS = 0
@@ -38,6 +48,7 @@ CL_PROGRAM_NUM_DEVICES, CL_PROGRAM_DEVICES = 0x1162, 0x1163
 CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
 CL_KERNEL_PROGRAM = 0x1194
 _DIGEST = 32
+LOCK_WAIT_S = 600.0  # longer than any build seen (a whole bmg W4 family for the CPU device: about 160 s)
 
 stats = {"hits": 0, "stores": 0, "rejected": 0}  # this process's counts (tests/test_program_cache.py)
 _warned: set = set()
@@ -119,23 +130,64 @@ def load_or_build(queue: dpctl.SyclQueue, spirv: bytes, options: str, build, ker
     if where is None:
         return build()
     path = where / f"{key(queue, spirv, options)}.bin"
+    program = _load_or_none(path, queue, options)
+    if program is None:
+        with _build_lock(path):
+            program = _load_or_none(path, queue, options)  # stored meanwhile by the process that held the lock?
+            if program is None:
+                program = build()
+                try:
+                    binary = _binary_of(program, kernel_name, queue)
+                    if binary:
+                        _store(path, binary)
+                except Exception as exc:  # noqa: BLE001
+                    _warn_once(str(where), f"xe2rt: could not keep a built program in {where} "
+                                           f"({type(exc).__name__}: {exc})")
+                return program
+    stats["hits"] += 1
+    return program
+
+
+def _load_or_none(path: Path, queue: dpctl.SyclQueue, options: str):
     try:
-        program = _load(path, queue, options)
+        return _load(path, queue, options)
     except Exception as exc:  # noqa: BLE001 - the cache only ever saves a build; it never fails one
         _warn_once(str(path), f"xe2rt: could not load the built program {path} ({type(exc).__name__}: {exc}); "
                               f"building it from SPIR-V")
-        program = None
-    if program is not None:
-        stats["hits"] += 1
-        return program
-    program = build()
+        return None
+
+
+@contextmanager
+def _build_lock(path: Path):
+    """Hold the exclusive lock of the program at `path`. Without fcntl, when the lock file cannot be opened, or after
+    LOCK_WAIT_S of waiting: no lock, and the build goes ahead."""
+    fd = None
+    if fcntl is not None:
+        try:
+            fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            fd = None
     try:
-        binary = _binary_of(program, kernel_name, queue)
-        if binary:
-            _store(path, binary)
-    except Exception as exc:  # noqa: BLE001
-        _warn_once(str(where), f"xe2rt: could not keep a built program in {where} ({type(exc).__name__}: {exc})")
-    return program
+        if fd is not None:
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:  # held by another process
+                    if time.monotonic() > deadline:
+                        os.close(fd)
+                        fd = None
+                        break
+                    time.sleep(0.05)
+                except OSError:  # no locks on this file system (some network ones)
+                    os.close(fd)
+                    fd = None
+                    break
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the lock
 
 
 def _warn_once(what: str, message: str) -> None:
