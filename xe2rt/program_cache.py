@@ -39,7 +39,7 @@ from . import _compat, config
 
 try:
     import fcntl
-except ImportError:  # not on Windows: processes there may build the same program at once, as before
+except ImportError:  # Windows has none: processes there may build the same program at once, as before
     fcntl = None
 
 FORMAT = 1
