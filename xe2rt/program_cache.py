@@ -135,16 +135,20 @@ def load_or_build(queue: dpctl.SyclQueue, spirv: bytes, options: str, build, ker
         with _build_lock(path):
             program = _load_or_none(path, queue, options)  # stored meanwhile by the process that held the lock?
             if program is None:
-                program = build()
-                try:
-                    binary = _binary_of(program, kernel_name, queue)
-                    if binary:
-                        _store(path, binary)
-                except Exception as exc:  # noqa: BLE001
-                    _warn_once(str(where), f"xe2rt: could not keep a built program in {where} "
-                                           f"({type(exc).__name__}: {exc})")
-                return program
+                return _build_and_store(path, build, kernel_name, queue)
     stats["hits"] += 1
+    return program
+
+
+def _build_and_store(path: Path, build, kernel_name: str, queue: dpctl.SyclQueue):
+    program = build()
+    try:
+        binary = _binary_of(program, kernel_name, queue)
+        if binary:
+            _store(path, binary)
+    except Exception as exc:  # noqa: BLE001
+        _warn_once(str(path.parent), f"xe2rt: could not keep a built program in {path.parent} "
+                                     f"({type(exc).__name__}: {exc})")
     return program
 
 
@@ -166,24 +170,21 @@ def _build_lock(path: Path):
         try:
             fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:
-            fd = None
+            pass
     try:
-        if fd is not None:
-            deadline = time.monotonic() + LOCK_WAIT_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:  # held by another process
-                    if time.monotonic() > deadline:
-                        os.close(fd)
-                        fd = None
-                        break
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # held by another process: wait for it, up to the deadline
+                if time.monotonic() <= deadline:
                     time.sleep(0.05)
-                except OSError:  # no locks on this file system (some network ones)
-                    os.close(fd)
-                    fd = None
-                    break
+                    continue
+            except OSError:  # no locks on this file system (some network ones)
+                pass
+            os.close(fd)  # go ahead without the lock
+            fd = None
         yield
     finally:
         if fd is not None:
